@@ -1,0 +1,94 @@
+# glimpse -- build, test, demo.  `make` builds; `make test` installs what is missing (Debian
+# packages, as root), builds and runs every test; `make asan` does the same under
+# AddressSanitizer and UBSan; `make demo` trains a small model and shows its loss and maps.
+#
+# BUILD names the build folder, so several builds (plain, asan) can live side by side.
+
+BUILD    ?= build
+PREFIX   ?= /usr/local
+LUA_VER  := 5.4
+CC       ?= cc
+OPT      ?= -O3 -march=native
+CFLAGS   ?= $(OPT) -g
+WARN     := -std=c11 -Wall -Wextra -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L
+LUA_INC  := -I/usr/include/lua$(LUA_VER)
+INC      := -Iengine -Ibindings $(LUA_INC) -I/usr/include/stb
+SAN      ?=
+ALL_CFLAGS = $(WARN) $(CFLAGS) $(SAN) -fPIC $(INC) -DGLIMPSE_ROOT='"$(CURDIR)"' \
+             -DGLIMPSE_LUA_DIR='"$(PREFIX)/share/lua/$(LUA_VER)"'
+LIBS     := -lm -ldl -lz -lpthread
+
+ENGINE_SRC   := $(sort $(wildcard engine/*.c))
+BINDING_SRC  := $(sort $(filter-out bindings/main.c,$(wildcard bindings/*.c)))
+ENGINE_OBJ   := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
+BINDING_OBJ  := $(BINDING_SRC:%.c=$(BUILD)/%.o)
+HEADERS      := $(wildcard engine/*.h bindings/*.h)
+
+# Debian packages the build, the tests and the demo need
+DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev \
+            dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev
+STAMP    := $(BUILD)/.deps-ok
+
+.PHONY: all deps test asan demo install clean bench fixtures check-warnings
+all: $(BUILD)/glimpse $(BUILD)/glimpse.so
+
+# Install missing packages once per build folder (apt-get needs root; without it we say
+# which packages are missing and stop).
+$(STAMP):
+	@mkdir -p $(BUILD)
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
+	  else \
+	    sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || \
+	    { echo "missing Debian packages:$$missing (run as root or install them)"; exit 1; }; \
+	  fi; \
+	fi
+	@touch $@
+deps: $(STAMP)
+
+$(BUILD)/%.o: %.c $(HEADERS) | $(STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libglimpse.a: $(ENGINE_OBJ)
+	ar rcs $@ $^
+
+# the executable: REPL and script runner, with the module built in
+$(BUILD)/glimpse: $(BUILD)/bindings/main.o $(BINDING_OBJ) $(BUILD)/libglimpse.a
+	$(CC) $(CFLAGS) $(SAN) -Wl,-E -o $@ $^ -llua$(LUA_VER) -lreadline $(LIBS)
+
+# the module for a stock lua5.4: require "glimpse"
+$(BUILD)/glimpse.so: $(BINDING_OBJ) $(BUILD)/libglimpse.a
+	$(CC) $(CFLAGS) $(SAN) -shared -o $@ $^ $(LIBS)
+
+TEST_ARGS ?=
+test: all
+	$(BUILD)/glimpse tests/run.lua $(TEST_ARGS)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
+	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" all
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  GLIMPSE_SANITIZED=1 build-asan/glimpse tests/run.lua $(TEST_ARGS)
+
+demo: all
+	$(BUILD)/glimpse scripts/demo.lua
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER) \
+	  $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse
+	install -m 755 $(BUILD)/glimpse $(DESTDIR)$(PREFIX)/bin/glimpse
+	install -m 644 $(BUILD)/glimpse.so $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER)/glimpse.so
+	cp -r bindings/glimpse/. $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/
+	if [ -d datasets ]; then cp -r datasets $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/; fi
+
+check-warnings:
+	$(MAKE) -B BUILD=build-warn CFLAGS="-O2 -Werror" all
+
+clean:
+	rm -rf build build-asan build-warn

@@ -1,0 +1,57 @@
+/* lglimpse.h -- private glue shared by the binding files (not a public header).
+ *
+ * The bindings are split by family (lglimpse.c: the tensor userdata and core ops,
+ * l_*.c: one family each).  Each family file exports one lg_open_<family>() that adds its
+ * functions to the module table and its methods to the tensor methods table.
+ */
+#ifndef LGLIMPSE_H
+#define LGLIMPSE_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "glimpse.h"
+
+#define LG_TENSOR "glimpse.Tensor"
+
+/* The tensor at stack index i, or a Lua argument error naming the function. */
+gl_tensor *lg_check(lua_State *L, int i);
+/* The tensor at i, or NULL when the value is not a tensor. */
+gl_tensor *lg_test(lua_State *L, int i);
+/* A tensor from a tensor, a number (a 0-dim tensor... a 1-element (1) tensor) or a nested
+ * table; a new reference the caller releases (or NULL with a Lua error raised). */
+gl_tensor *lg_to_tensor(lua_State *L, int i);
+/* Push an empty tensor box; the engine fills *box.  Push it BEFORE calling the engine so
+ * the result is owned by Lua the moment it exists. */
+gl_tensor **lg_newbox(lua_State *L);
+/* Push t as a new Lua tensor, taking over the caller's reference. */
+void lg_push(lua_State *L, gl_tensor *t);
+/* Raise the engine's last error as a Lua error "fname: message". */
+int lg_error(lua_State *L, const char *fname);
+/* Check an engine status: on failure raise the engine's message. */
+#define LG_TRY(L, fname, call)                 \
+  do {                                         \
+    if ((call) != GL_OK) lg_error(L, (fname)); \
+  } while (0)
+
+/* A 1-based (negative: from the end) dim at stack i for a tensor of `ndim` dims -> 0-based. */
+int lg_checkdim(lua_State *L, int i, int ndim);
+/* Same, with a default (0-based) when the argument is absent or nil. */
+int lg_optdim(lua_State *L, int i, int ndim, int def);
+/* A shape from varargs of integers starting at stack i, or from a table at i.
+ * Returns ndim; fills shape[GL_MAX_DIMS]. */
+int lg_checkshape(lua_State *L, int i, int *shape);
+/* An integer argument that must fit an int (errors name the argument). */
+int lg_checkint(lua_State *L, int i);
+/* Bytes newly allocated by the engine are reported to Lua's GC (see lglimpse.c). */
+void lg_account(lua_State *L);
+
+/* family registration: fns go into the table at module_idx, methods into methods_idx */
+void lg_open_ops(lua_State *L, int module_idx, int methods_idx);      /* l_ops.c */
+void lg_open_io(lua_State *L, int module_idx, int methods_idx);       /* l_io.c */
+void lg_open_image(lua_State *L, int module_idx, int methods_idx);    /* l_image.c */
+void lg_open_nn(lua_State *L, int module_idx, int methods_idx);       /* l_nn.c */
+void lg_open_attention(lua_State *L, int module_idx, int methods_idx);/* l_attention.c */
+void lg_open_data(lua_State *L, int module_idx, int methods_idx);     /* l_data.c */
+
+#endif

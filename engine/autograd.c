@@ -1,0 +1,222 @@
+/* autograd.c -- the define-by-run tape.
+ *
+ * An op whose inputs need gradients records a node: the op's descriptor, strong references
+ * to its inputs and to whatever it saved, and the shapes of its outputs.  Outputs point to
+ * their node (strong); the node never points to its outputs, so there are no cycles.
+ * gl_backward orders the nodes reachable from the root topologically, seeds the root's
+ * gradient, and runs each node's backward once all of its outputs' gradients are complete.
+ * Leaves accumulate into .grad.  Afterwards each node drops its inputs and saved tensors,
+ * which frees the intermediate activations even while the Lua handles of outputs live on.
+ */
+#include "glimpse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int grad_on = 1;
+static unsigned mark_epoch = 1;
+static gl_node *free_nodes;
+
+int gl_grad_enabled(void) { return grad_on; }
+
+int gl_set_grad_enabled(int on) {
+  int prev = grad_on;
+  grad_on = on != 0;
+  return prev;
+}
+
+int gl_needs_grad(int nin, gl_tensor *const *in) {
+  if (!grad_on) return 0;
+  for (int i = 0; i < nin; i++)
+    if (in[i] && in[i]->requires_grad) return 1;
+  return 0;
+}
+
+static void node_drop_graph(gl_node *n) {
+  for (int i = 0; i < n->nin; i++) { gl_release(n->in[i]); n->in[i] = NULL; }
+  for (int i = 0; i < n->nsaved; i++) { gl_release(n->saved[i]); n->saved[i] = NULL; }
+  for (int i = 0; i < n->nout; i++) { gl_release(n->gout[i]); n->gout[i] = NULL; }
+  if (n->ctx && n->ctx_free) n->ctx_free(n->ctx);
+  n->ctx = NULL;
+  n->nsaved = 0;
+  n->released = 1;
+}
+
+void gl_node_release(gl_node *n) {
+  if (!n || --n->refs > 0) return;
+  node_drop_graph(n);
+  n->ctx = free_nodes;   /* free list linked through ctx */
+  free_nodes = n;
+}
+
+gl_node *gl_record(const gl_op *op, int nin, gl_tensor *const *in, int nout, gl_tensor **outs) {
+  if (!gl_needs_grad(nin, in)) return NULL;
+  gl_node *n = free_nodes;
+  if (n) free_nodes = n->ctx;
+  else if (!(n = malloc(sizeof *n))) return NULL; /* the op still ran: its outputs lose the graph */
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->nin = nin;
+  for (int i = 0; i < nin; i++) {
+    n->in[i] = in[i];
+    gl_retain(in[i]);
+  }
+  n->nout = nout;
+  for (int k = 0; k < nout; k++) {
+    gl_tensor *o = outs[k];
+    n->out_ndim[k] = o->ndim;
+    memcpy(n->out_shape[k], o->shape, sizeof o->shape);
+    o->node = n;
+    o->out_index = k;
+    o->requires_grad = 1;
+    n->refs++;
+  }
+  return n;
+}
+
+void gl_save(gl_node *n, gl_tensor *t) {
+  if (!n || !t) return;
+  if (n->nsaved < GL_MAX_SAVED) {
+    n->saved[n->nsaved++] = t;
+    t->refs++;
+  }
+}
+
+/* Where input i's gradient goes: the producing node's output-gradient slot, or the leaf's
+ * .grad.  NULL when the input does not need one. */
+gl_tensor *gl_grad_of(gl_node *n, int i) {
+  gl_tensor *x = n->in[i];
+  if (!x || !x->requires_grad) return NULL;
+  gl_tensor **slot;
+  if (x->node) {
+    if (x->node->released) return NULL;
+    slot = &x->node->gout[x->out_index];
+  } else {
+    slot = &x->grad;
+  }
+  if (!*slot && gl_zeros(slot, x->ndim, x->shape)) return NULL;
+  return *slot;
+}
+
+int gl_requires_grad_(gl_tensor *t, int on) {
+  if (t->node && !on)
+    return gl_fail(GL_ESTATE, "requires_grad: only a leaf tensor can stop requiring grad "
+                              "(use detach())");
+  t->requires_grad = on != 0;
+  return GL_OK;
+}
+
+int gl_zero_grad(gl_tensor *t) {
+  if (t->grad) memset(t->grad->data, 0, t->grad->numel * sizeof(float));
+  return GL_OK;
+}
+
+int gl_detach(gl_tensor **out, gl_tensor *t) {
+  gl_tensor *a = gl_alias(t);
+  if (!a) return gl_fail(GL_ENOMEM, "detach: out of memory");
+  *out = a;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* backward */
+
+typedef struct { gl_node **v; size_t n, cap; } node_vec;
+
+static int vec_push(node_vec *s, gl_node *n) {
+  if (s->n == s->cap) {
+    size_t c = s->cap ? s->cap * 2 : 64;
+    gl_node **v = realloc(s->v, c * sizeof *v);
+    if (!v) return -1;
+    s->v = v;
+    s->cap = c;
+  }
+  s->v[s->n++] = n;
+  return 0;
+}
+
+/* Post-order DFS without recursion (graphs from long unrolled loops are deep). */
+static int topo_sort(gl_node *root, node_vec *order) {
+  typedef struct { gl_node *n; int next; } frame;
+  frame *fr = NULL;
+  size_t nfr = 0, capfr = 0;
+  unsigned ep = ++mark_epoch;
+  int rc = 0;
+#define PUSH(node)                                                              \
+  do {                                                                          \
+    if (nfr == capfr) {                                                         \
+      size_t c = capfr ? capfr * 2 : 64;                                        \
+      frame *f2 = realloc(fr, c * sizeof *f2);                                  \
+      if (!f2) { rc = -1; goto done; }                                          \
+      fr = f2; capfr = c;                                                       \
+    }                                                                           \
+    fr[nfr].n = (node); fr[nfr].next = 0; nfr++; (node)->mark = ep;             \
+  } while (0)
+  PUSH(root);
+  while (nfr) {
+    frame *f = &fr[nfr - 1];
+    if (f->next < f->n->nin) {
+      gl_tensor *x = f->n->in[f->next++];
+      if (x && x->node && !x->node->released && x->node->mark != ep) PUSH(x->node);
+    } else {
+      if (vec_push(order, f->n)) { rc = -1; goto done; }
+      nfr--;
+    }
+  }
+done:
+#undef PUSH
+  free(fr);
+  return rc;
+}
+
+int gl_backward(gl_tensor *root, gl_tensor *seed, int retain) {
+  char b1[128], b2[128];
+  if (!root->requires_grad)
+    return gl_fail(GL_ESTATE, "backward: the tensor does not require grad (no graph to run)");
+  if (!seed && root->numel != 1)
+    return gl_fail(GL_ESTATE, "backward: a gradient can only be created implicitly for a "
+                              "scalar, got shape %s", gl_shape_str(b1, sizeof b1, root->ndim, root->shape));
+  if (seed && seed->numel != root->numel)
+    return gl_fail(GL_ESHAPE, "backward: gradient of shape %s for a tensor of shape %s",
+                   gl_shape_str(b1, sizeof b1, seed->ndim, seed->shape),
+                   gl_shape_str(b2, sizeof b2, root->ndim, root->shape));
+  if (!root->node) { /* a leaf: its gradient is the seed */
+    if (!root->grad && gl_zeros(&root->grad, root->ndim, root->shape)) return GL_ENOMEM;
+    for (size_t i = 0; i < root->numel; i++) root->grad->data[i] += seed ? seed->data[i] : 1.0f;
+    return GL_OK;
+  }
+  gl_node *rn = root->node;
+  if (rn->released)
+    return gl_fail(GL_ESTATE, "backward: the graph was already freed by an earlier "
+                              "backward (pass retain_graph=true to run it twice)");
+  node_vec order = {0};
+  if (topo_sort(rn, &order)) { free(order.v); return gl_fail(GL_ENOMEM, "backward: out of memory"); }
+  gl_tensor **slot = &rn->gout[root->out_index];
+  if (!*slot && gl_zeros(slot, root->ndim, root->shape)) { free(order.v); return GL_ENOMEM; }
+  for (size_t i = 0; i < root->numel; i++) (*slot)->data[i] += seed ? seed->data[i] : 1.0f;
+
+  int prev = gl_set_grad_enabled(0);
+  int st = GL_OK;
+  for (size_t k = order.n; k-- > 0;) {
+    gl_node *n = order.v[k];
+    int any = 0;
+    for (int j = 0; j < n->nout; j++) any |= n->gout[j] != NULL;
+    if (any && n->op->backward) {
+      /* outputs nobody used get a zero gradient so backward code can read every slot */
+      for (int j = 0; j < n->nout && !st; j++)
+        if (!n->gout[j]) st = gl_zeros(&n->gout[j], n->out_ndim[j], n->out_shape[j]);
+      if (!st) st = n->op->backward(n, n->gout);
+      if (st) break;
+    }
+    if (!retain) {
+      node_drop_graph(n);
+    } else {
+      for (int j = 0; j < n->nout; j++) { gl_release(n->gout[j]); n->gout[j] = NULL; }
+    }
+  }
+  if (st && !retain)
+    for (size_t k = 0; k < order.n; k++) node_drop_graph(order.v[k]);
+  gl_set_grad_enabled(prev);
+  free(order.v);
+  return st;
+}

@@ -1,0 +1,112 @@
+/* blas.c -- OpenBLAS, loaded by the engine itself.
+ *
+ * Debian's OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs (AMD Zen 4 and later) and
+ * falls back to its AVX2 (Haswell) kernels, at about half the speed.  Its AVX-512 kernels
+ * (core type SkylakeX) can only be chosen through OPENBLAS_CORETYPE before the library's
+ * constructor runs.  So the engine does not link OpenBLAS: on first use it checks the CPU,
+ * sets the variable when AVX-512 is there and the user has not set it, and only then
+ * dlopen()s the library.  This works the same in the `glimpse` executable and in a stock
+ * `lua5.4` that loads the module with require.
+ */
+#define _GNU_SOURCE
+#include "glimpse.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
+
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                         const float *, int, float, float *, int);
+static sgemm_fn p_sgemm;
+static void (*p_set_threads)(int);
+static int (*p_get_threads)(void);
+static char *(*p_corename)(void);
+static char *(*p_config)(void);
+static int loaded;          /* 0 not tried, 1 ok, -1 failed */
+static char load_error[512];
+static char core_forced[32];
+
+static int cpu_has_avx512(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return 0;
+#endif
+}
+
+int gl_blas_init(void) {
+  if (loaded) return loaded > 0 ? GL_OK : gl_fail(GL_EIO, "%s", load_error);
+  if (!getenv("OPENBLAS_CORETYPE") && cpu_has_avx512()) {
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
+    snprintf(core_forced, sizeof core_forced, "SkylakeX");
+  }
+  static const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
+  void *h = NULL;
+  for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
+    h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(load_error, sizeof load_error,
+             "blas: cannot load OpenBLAS (install libopenblas0): %s", dlerror());
+    loaded = -1;
+    return gl_fail(GL_EIO, "%s", load_error);
+  }
+  *(void **)&p_sgemm = dlsym(h, "cblas_sgemm");
+  *(void **)&p_set_threads = dlsym(h, "openblas_set_num_threads");
+  *(void **)&p_get_threads = dlsym(h, "openblas_get_num_threads");
+  *(void **)&p_corename = dlsym(h, "openblas_get_corename");
+  *(void **)&p_config = dlsym(h, "openblas_get_config");
+  if (!p_sgemm) {
+    snprintf(load_error, sizeof load_error, "blas: the loaded BLAS has no cblas_sgemm");
+    loaded = -1;
+    return gl_fail(GL_EIO, "%s", load_error);
+  }
+  loaded = 1;
+  return GL_OK;
+}
+
+const char *gl_blas_core(void) {
+  if (gl_blas_init()) return "none";
+  return p_corename ? p_corename() : "unknown";
+}
+
+const char *gl_blas_config(void) {
+  if (gl_blas_init()) return load_error;
+  return p_config ? p_config() : "unknown";
+}
+
+int gl_blas_threads(void) {
+  if (gl_blas_init()) return 0;
+  return p_get_threads ? p_get_threads() : 1;
+}
+
+void gl_blas_set_threads(int n) {
+  if (gl_blas_init() || !p_set_threads) return;
+  p_set_threads(n < 1 ? 1 : n);
+}
+
+/* callers have run gl_blas_init() (the matmul ops do, and report its failure) */
+void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) { /* BLAS leaves C alone when K is 0 only if beta == 1 */
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] *= beta;
+    return;
+  }
+  p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B, ldb,
+          beta, C, ldc);
+}
+
+void gl_sgemm_batched(int ta, int tb, int batch, int M, int N, int K, float alpha,
+                      const float *A, size_t sA, const float *B, size_t sB, float beta,
+                      float *C, size_t sC) {
+  int lda = ta ? M : K, ldb = tb ? K : N;
+  for (int b = 0; b < batch; b++)
+    gl_sgemm(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, N);
+}

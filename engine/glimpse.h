@@ -1,0 +1,294 @@
+/* glimpse.h -- the one public header of libglimpse, the C engine under glimpse.
+ *
+ * A float32 tensor with refcounted storage, a define-by-run autograd tape, and the
+ * ops that attention experiments are made of.  The engine knows nothing of Lua:
+ * every fallible call returns a status (GL_OK == 0) and leaves a message naming
+ * the op and the shapes in gl_last_error().  All indices and dims here are 0-based;
+ * the bindings convert.
+ *
+ * Ownership: a function that returns a tensor through `gl_tensor **out` hands the
+ * caller one reference; release it with gl_release().  Ops never steal references
+ * to their inputs.
+ */
+#ifndef GLIMPSE_H
+#define GLIMPSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GL_MAX_DIMS 8
+#define GL_MAX_INPUTS 8
+#define GL_MAX_OUTPUTS 4
+#define GL_MAX_SAVED 8
+
+/* status codes */
+enum {
+  GL_OK = 0,
+  GL_ESHAPE,    /* shapes do not fit together */
+  GL_EARG,      /* a bad argument: out-of-range dim or index, bad option */
+  GL_ENOMEM,    /* an allocation failed or was too large */
+  GL_EVALUE,    /* a bad value: NaN where none is allowed, negative probability */
+  GL_EIO,       /* a file could not be read or written */
+  GL_EFORMAT,   /* a file is malformed */
+  GL_ESTATE     /* wrong state: backward twice, backward of a non-scalar */
+};
+
+/* ------------------------------------------------------------------------ */
+/* errors */
+
+/* The message of the last failed call on this thread. */
+const char *gl_last_error(void);
+/* Set the message (printf-style) and return `status`; for use inside ops. */
+int gl_fail(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Write "[2,3,4]" into buf; returns buf.  For error messages. */
+char *gl_shape_str(char *buf, size_t n, int ndim, const int *shape);
+
+/* ------------------------------------------------------------------------ */
+/* storage and tensors */
+
+typedef struct gl_storage {
+  float *data;       /* 64-byte aligned */
+  size_t cap;        /* floats allocated (a caching-allocator bucket) */
+  int refs;
+} gl_storage;
+
+struct gl_node;
+
+typedef struct gl_tensor {
+  int refs;
+  int ndim;
+  int shape[GL_MAX_DIMS];
+  size_t numel;
+  gl_storage *st;
+  float *data;             /* st->data + offset: contiguous, row-major */
+  int requires_grad;       /* a leaf that wants .grad, or an output of a recorded op */
+  struct gl_tensor *grad;  /* accumulated gradient of a leaf */
+  struct gl_node *node;    /* the recorded op that made it, or NULL */
+  int out_index;           /* which output of `node` this is */
+  int version;             /* bumped by in-place writes */
+} gl_tensor;
+
+/* Largest tensor, in elements, that the engine will allocate (2^31 - 1 floats). */
+#define GL_MAX_NUMEL ((size_t)2147483647)
+
+int gl_empty(gl_tensor **out, int ndim, const int *shape);        /* uninitialised */
+int gl_zeros(gl_tensor **out, int ndim, const int *shape);
+int gl_full(gl_tensor **out, int ndim, const int *shape, float v);
+int gl_from_data(gl_tensor **out, int ndim, const int *shape, const float *data);
+int gl_arange(gl_tensor **out, float start, float stop, float step); /* [start, stop) */
+int gl_empty_like(gl_tensor **out, const gl_tensor *t);
+int gl_zeros_like(gl_tensor **out, const gl_tensor *t);
+int gl_clone(gl_tensor **out, const gl_tensor *t);                 /* a copy, no graph */
+/* A new header over the same storage and shape, outside any graph. */
+gl_tensor *gl_alias(gl_tensor *t);
+
+void gl_retain(gl_tensor *t);
+void gl_release(gl_tensor *t);     /* NULL is fine */
+int gl_same_shape(const gl_tensor *a, const gl_tensor *b);
+/* Check a shape list (ndim, sizes >= 0, product within GL_MAX_NUMEL); `op` names the caller. */
+int gl_check_shape(const char *op, int ndim, const int *shape, size_t *numel);
+
+/* Caching allocator: bytes held by live tensors, bytes parked in the cache. */
+size_t gl_bytes_live(void);
+size_t gl_bytes_cached(void);
+void gl_empty_cache(void);
+/* Raw aligned scratch memory through the same cache (for kernels' workspaces). */
+float *gl_scratch_alloc(size_t nfloats);
+void gl_scratch_free(float *p, size_t nfloats);
+
+/* ------------------------------------------------------------------------ */
+/* random numbers: one seeded generator (xoshiro128**), same numbers everywhere */
+
+void gl_manual_seed(uint64_t seed);
+uint64_t gl_rng_state_get(uint64_t *s4);       /* copies the 4x32-bit state into s4[0..1] */
+void gl_rng_state_set(const uint64_t *s4);
+uint32_t gl_rand_u32(void);
+float gl_rand_uniform(void);                   /* [0,1) */
+float gl_rand_normal(void);
+int gl_rand(gl_tensor **out, int ndim, const int *shape);                 /* U[0,1) */
+int gl_randn(gl_tensor **out, int ndim, const int *shape);                /* N(0,1) */
+int gl_uniform_(gl_tensor *t, float lo, float hi);                        /* in place */
+int gl_normal_(gl_tensor *t, float mean, float std);                      /* in place */
+
+/* ------------------------------------------------------------------------ */
+/* autograd */
+
+typedef struct gl_node gl_node;
+/* Backward adds d(loss)/d(input) into the buffers gl_grad_of(n, i) returns. */
+typedef int (*gl_backward_fn)(gl_node *n, gl_tensor **gout);
+
+typedef struct gl_op {
+  const char *name;
+  gl_backward_fn backward;
+} gl_op;
+
+struct gl_node {
+  const gl_op *op;
+  int refs;
+  int nin, nout, nsaved;
+  gl_tensor *in[GL_MAX_INPUTS];
+  gl_tensor *saved[GL_MAX_SAVED];
+  gl_tensor *gout[GL_MAX_OUTPUTS];   /* gradient w.r.t. each output, filled during backward */
+  int out_shape[GL_MAX_OUTPUTS][GL_MAX_DIMS];
+  int out_ndim[GL_MAX_OUTPUTS];
+  int ints[8];
+  float floats[8];
+  void *ctx;                          /* op-owned extra state, freed with ctx_free */
+  void (*ctx_free)(void *);
+  int released;
+  unsigned mark;                      /* traversal bookkeeping */
+};
+
+int gl_grad_enabled(void);
+int gl_set_grad_enabled(int on);      /* returns the previous setting */
+/* Does an op over these inputs need a node? (grad enabled and some input requires grad) */
+int gl_needs_grad(int nin, gl_tensor *const *in);
+/* Record `op` as the maker of outs[0..nout-1] from inputs in[0..nin-1]; returns the node
+ * (for saving tensors and parameters) or NULL when no recording is needed. */
+gl_node *gl_record(const gl_op *op, int nin, gl_tensor *const *in, int nout, gl_tensor **outs);
+/* Keep a tensor for backward (takes a new reference; pass gl_alias(out) to save an output). */
+void gl_save(gl_node *n, gl_tensor *t);
+/* The buffer to add input i's gradient into, allocated zeroed on first use;
+ * NULL when input i does not need a gradient. */
+gl_tensor *gl_grad_of(gl_node *n, int i);
+/* Reverse-mode sweep from `root`; `seed` is d(loss)/d(root) (NULL means ones, root must be
+ * a scalar then).  Frees the graph's saved state afterwards unless retain is set. */
+int gl_backward(gl_tensor *root, gl_tensor *seed, int retain);
+int gl_requires_grad_(gl_tensor *t, int on);
+/* Make the leaf's .grad exist (zeroed) or zero it. */
+int gl_zero_grad(gl_tensor *t);
+int gl_detach(gl_tensor **out, gl_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* elementwise (numpy broadcasting) */
+
+int gl_broadcast_shape(const char *op, const gl_tensor *a, const gl_tensor *b,
+                       int *ndim, int *shape);
+/* Sum `g` down to `ndim/shape` (undo broadcasting); adds into dst. */
+int gl_sum_to_add(gl_tensor *dst, const gl_tensor *g);
+
+int gl_add(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+int gl_sub(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+int gl_mul(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+int gl_div(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+int gl_pow(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+int gl_maximum(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+int gl_minimum(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+/* comparisons give 0/1, no gradient */
+int gl_cmp(gl_tensor **out, gl_tensor *a, gl_tensor *b, const char *how); /* "eq","ne","lt","le","gt","ge" */
+int gl_where(gl_tensor **out, gl_tensor *cond, gl_tensor *a, gl_tensor *b);
+
+int gl_add_scalar(gl_tensor **out, gl_tensor *a, float s);
+int gl_mul_scalar(gl_tensor **out, gl_tensor *a, float s);
+int gl_pow_scalar(gl_tensor **out, gl_tensor *a, float p);
+int gl_rsub_scalar(gl_tensor **out, gl_tensor *a, float s);   /* s - a */
+int gl_rdiv_scalar(gl_tensor **out, gl_tensor *a, float s);   /* s / a */
+
+typedef enum {
+  GL_NEG, GL_EXP, GL_LOG, GL_TANH, GL_SIGMOID, GL_RELU, GL_SQRT, GL_ABS,
+  GL_SIN, GL_COS, GL_SOFTPLUS, GL_LOG1P, GL_SIGN, GL_FLOOR, GL_ROUND, GL_RSQRT,
+  GL_GELU, GL_UNARY_COUNT
+} gl_unary_kind;
+int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k);
+const char *gl_unary_name(gl_unary_kind k);
+int gl_clamp(gl_tensor **out, gl_tensor *a, float lo, float hi);
+int gl_leaky_relu(gl_tensor **out, gl_tensor *a, float slope);
+
+/* in-place, outside the graph (refused on tensors that require grad while grad is on) */
+int gl_fill_(gl_tensor *t, float v);
+int gl_copy_(gl_tensor *dst, const gl_tensor *src);      /* broadcasting src into dst */
+int gl_add_(gl_tensor *dst, const gl_tensor *src, float alpha); /* dst += alpha*src (broadcast) */
+int gl_mul_scalar_(gl_tensor *t, float s);
+
+/* ------------------------------------------------------------------------ */
+/* reductions over one dim (dim < 0 means all elements) */
+
+int gl_sum(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
+int gl_mean(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
+/* values are differentiable; indices (0-based, stored as float) are not */
+int gl_max(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int keepdim);
+int gl_min(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int keepdim);
+int gl_argmax(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
+int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
+int gl_norm(gl_tensor **out, gl_tensor *a);                 /* L2 over all */
+int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased);
+
+/* ------------------------------------------------------------------------ */
+/* matrix products (OpenBLAS) */
+
+/* a (M,K) @ b (K,N); a (B,M,K) @ b (B,K,N); a (...,M,K) @ b (K,N). ta/tb transpose the
+ * last two dims of a/b first (the kernel takes the transposition, nothing is copied). */
+int gl_matmul(gl_tensor **out, gl_tensor *a, gl_tensor *b);
+int gl_matmul_t(gl_tensor **out, gl_tensor *a, gl_tensor *b, int ta, int tb);
+/* x (...,In) @ w^T (Out,In) + bias (Out) : the Linear layer in one op */
+int gl_linear(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias);
+
+/* BLAS plumbing: the engine loads OpenBLAS itself so it can pick the kernels. */
+int gl_blas_init(void);
+const char *gl_blas_core(void);
+const char *gl_blas_config(void);
+int gl_blas_threads(void);
+void gl_blas_set_threads(int n);
+/* C = alpha * op(A) op(B) + beta * C, row-major, the cblas_sgemm contract. */
+void gl_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+              int lda, const float *B, int ldb, float beta, float *C, int ldc);
+void gl_sgemm_batched(int transa, int transb, int batch, int M, int N, int K, float alpha,
+                      const float *A, size_t strideA, const float *B, size_t strideB,
+                      float beta, float *C, size_t strideC);
+
+/* ------------------------------------------------------------------------ */
+/* shape ops: reshape/select/narrow-on-dim-0 share storage; the rest copy */
+
+int gl_reshape(gl_tensor **out, gl_tensor *a, int ndim, const int *shape); /* one -1 allowed */
+int gl_transpose(gl_tensor **out, gl_tensor *a, int d0, int d1);
+int gl_permute(gl_tensor **out, gl_tensor *a, const int *perm);
+int gl_unsqueeze(gl_tensor **out, gl_tensor *a, int dim);
+int gl_squeeze(gl_tensor **out, gl_tensor *a, int dim);       /* dim < 0: all size-1 dims */
+int gl_narrow(gl_tensor **out, gl_tensor *a, int dim, int start, int len);
+int gl_select(gl_tensor **out, gl_tensor *a, int dim, int index);
+int gl_index_select(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx); /* idx 0-based */
+int gl_gather(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx);
+int gl_cat(gl_tensor **out, int n, gl_tensor *const *ts, int dim);
+int gl_stack(gl_tensor **out, int n, gl_tensor *const *ts, int dim);
+int gl_expand(gl_tensor **out, gl_tensor *a, int ndim, const int *shape);  /* copies */
+/* scatter-add src into a copy of a along dim at idx (differentiable in a and src) */
+int gl_scatter_add(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx, gl_tensor *src);
+/* embedding lookup: weight (N,D), idx (...) of 0-based ids -> (..., D); rows == padding_idx
+ * get no gradient (padding_idx < 0: none) */
+int gl_embedding(gl_tensor **out, gl_tensor *weight, const gl_tensor *idx, int padding_idx);
+
+/* ------------------------------------------------------------------------ */
+/* softmax, losses, dropout */
+
+/* mask: NULL or broadcastable to a; positions where mask == 0 get exactly 0 */
+int gl_softmax(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *mask);
+int gl_log_softmax(gl_tensor **out, gl_tensor *a, int dim);
+enum { GL_REDUCE_NONE = 0, GL_REDUCE_MEAN = 1, GL_REDUCE_SUM = 2 };
+/* logits (N,C) or (N,C,d...) flattened to rows; targets: 0-based class ids as floats,
+ * shape (N) ; rows whose target == ignore_index contribute nothing (ignore_index < 0: none). */
+int gl_cross_entropy(gl_tensor **out, gl_tensor *logits, const gl_tensor *targets,
+                     int ignore_index, int reduction, float label_smoothing);
+int gl_nll_loss(gl_tensor **out, gl_tensor *logp, const gl_tensor *targets,
+                int ignore_index, int reduction);
+int gl_mse_loss(gl_tensor **out, gl_tensor *a, gl_tensor *b, int reduction);
+int gl_bce_loss(gl_tensor **out, gl_tensor *p, gl_tensor *target, int reduction);
+int gl_dropout(gl_tensor **out, gl_tensor *a, float p, int training);
+
+/* ------------------------------------------------------------------------ */
+/* sampling (uses the seeded generator) */
+
+/* probs (..., K) rows (need not be normalised, must be >= 0 and finite with a positive sum)
+ * -> (..., n) 0-based indices as float */
+int gl_multinomial(gl_tensor **out, const gl_tensor *probs, int n, int replacement);
+int gl_bernoulli(gl_tensor **out, const gl_tensor *p);
+
+/* ------------------------------------------------------------------------ */
+/* checks */
+
+int gl_has_nonfinite(const gl_tensor *t);
+
+#endif
