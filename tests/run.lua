@@ -1,0 +1,90 @@
+-- tests/run.lua -- the one test runner: every LuaUnit suite under tests/, each in its own
+-- process so a crash in one suite is a failure, not the end of the run.
+--
+--   glimpse tests/run.lua                 run every tests/test_*.lua
+--   glimpse tests/run.lua test_tensor     run the suites whose file names contain a pattern
+--   glimpse tests/run.lua --one FILE      (internal) run one suite in this process
+--
+-- A suite file returns a table of test functions named test_* (one suite), or a table of
+-- such tables (several suites, keyed by name).  The last line printed is
+-- "N passed, N failed"; the exit code is non-zero when anything failed.
+
+local lu = require "luaunit"
+
+local function run_one(file)
+  local chunk = assert(loadfile(file))
+  local ok, suites = pcall(chunk)
+  if not ok then
+    io.stderr:write(file .. ": " .. tostring(suites) .. "\n")
+    print("RESULT 0 1")
+    return 1
+  end
+  local name = file:match("([^/]+)%.lua$")
+  local instances = {}
+  local flat = true
+  for _, v in pairs(suites) do
+    if type(v) == "table" then flat = false end
+  end
+  if flat then
+    instances[1] = {name, suites}
+  else
+    local names = {}
+    for k in pairs(suites) do names[#names + 1] = k end
+    table.sort(names)
+    for _, k in ipairs(names) do instances[#instances + 1] = {k, suites[k]} end
+  end
+  local runner = lu.LuaUnit.new()
+  runner:setOutputType("text")
+  runner:runSuiteByInstances(instances)
+  local r = runner.result
+  local failed = r.failureCount + r.errorCount
+  print(string.format("RESULT %d %d", r.runCount - failed, failed))
+  return failed
+end
+
+if arg[1] == "--one" then
+  local failed = run_one(arg[2])
+  os.exit(failed == 0 and 0 or 1)
+end
+
+local function list_suites(patterns)
+  local files = {}
+  local p = io.popen("ls tests/test_*.lua 2>/dev/null")
+  for f in p:lines() do
+    local keep = #patterns == 0
+    for _, pat in ipairs(patterns) do
+      if f:find(pat, 1, true) then keep = true end
+    end
+    if keep then files[#files + 1] = f end
+  end
+  p:close()
+  table.sort(files)
+  return files
+end
+
+local exe = arg[-1] or "glimpse"
+local patterns = {}
+for i = 1, #arg do patterns[#patterns + 1] = arg[i] end
+local files = list_suites(patterns)
+local passed, failed = 0, 0
+local t0 = os.time()
+for _, f in ipairs(files) do
+  io.write(string.format("== %s\n", f))
+  io.flush()
+  local p = io.popen(string.format("%q tests/run.lua --one %q 2>&1", exe, f))
+  local got
+  for line in p:lines() do
+    local a, b = line:match("^RESULT (%d+) (%d+)$")
+    if a then got = {tonumber(a), tonumber(b)} else print(line) end
+  end
+  local _, how, code = p:close()
+  if got then
+    passed, failed = passed + got[1], failed + got[2]
+  else
+    failed = failed + 1
+    print(string.format("!! %s died (%s %s) before reporting", f, tostring(how), tostring(code)))
+  end
+end
+print(string.format("ran %d suites in %d s", #files, os.time() - t0))
+print(string.format("%d passed, %d failed", passed, failed))
+os.exit((failed == 0 and passed > 0) and 0 or 1)
