@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------------ */
 /* the box */
@@ -579,6 +580,16 @@ static int l_blas_info(lua_State *L) {
   lua_setfield(L, -2, "threads");
   lua_pushstring(L, gl_blas_config());
   lua_setfield(L, -2, "config");
+  lua_pushstring(L, gl_blas_note());
+  lua_setfield(L, -2, "note");
+  return 1;
+}
+
+/* wall-clock seconds from a monotonic clock, for timing and progress lines */
+static int l_clock(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
   return 1;
 }
 
@@ -723,7 +734,7 @@ static const luaL_Reg module_fns[] = {
     {"is_grad_enabled", l_is_grad_enabled},
     {"memory", l_memory},     {"empty_cache", l_empty_cache},
     {"blas_info", l_blas_info}, {"set_num_threads", l_set_num_threads},
-    {"get_num_threads", l_get_num_threads},
+    {"get_num_threads", l_get_num_threads}, {"clock", l_clock},
     {NULL, NULL}};
 
 static const luaL_Reg methods[] = {

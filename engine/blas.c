@@ -4,9 +4,14 @@
  * falls back to its AVX2 (Haswell) kernels, at about half the speed.  Its AVX-512 kernels
  * (core type SkylakeX) can only be chosen through OPENBLAS_CORETYPE before the library's
  * constructor runs.  So the engine does not link OpenBLAS: on first use it checks the CPU,
- * sets the variable when AVX-512 is there and the user has not set it, and only then
- * dlopen()s the library.  This works the same in the `glimpse` executable and in a stock
- * `lua5.4` that loads the module with require.
+ * points the variable at SkylakeX when AVX-512 is there, and only then dlopen()s the
+ * library.  This works the same in the `glimpse` executable and in a stock `lua5.4` that
+ * loads the module with require.
+ *
+ * An OPENBLAS_CORETYPE already naming an AVX2-or-older core (environments often pin
+ * "Haswell" as a safe default for CPUs OpenBLAS misdetects) is upgraded too, since on an
+ * AVX-512 CPU it only costs speed.  GLIMPSE_BLAS_CORE=<core> is the explicit override: its
+ * value is used as is (GLIMPSE_BLAS_CORE=Haswell keeps the AVX2 kernels).
  */
 #define _GNU_SOURCE
 #include "glimpse.h"
@@ -15,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
 
@@ -27,7 +33,18 @@ static char *(*p_corename)(void);
 static char *(*p_config)(void);
 static int loaded;          /* 0 not tried, 1 ok, -1 failed */
 static char load_error[512];
-static char core_forced[32];
+static char core_note[160];
+
+/* cores whose kernels use no AVX-512: worth upgrading on an AVX-512 CPU */
+static int core_below_avx512(const char *c) {
+  static const char *old[] = {"haswell", "zen", "sandybridge", "nehalem", "core2", "penryn",
+                              "dunnington", "atom", "prescott", "katmai", "coppermine",
+                              "northwood", "banias", "opteron", "barcelona", "bulldozer",
+                              "piledriver", "steamroller", "excavator", "bobcat", NULL};
+  for (int i = 0; old[i]; i++)
+    if (!strcasecmp(c, old[i])) return 1;
+  return 0;
+}
 
 static int cpu_has_avx512(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -42,9 +59,17 @@ static int cpu_has_avx512(void) {
 
 int gl_blas_init(void) {
   if (loaded) return loaded > 0 ? GL_OK : gl_fail(GL_EIO, "%s", load_error);
-  if (!getenv("OPENBLAS_CORETYPE") && cpu_has_avx512()) {
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
-    snprintf(core_forced, sizeof core_forced, "SkylakeX");
+  const char *mine = getenv("GLIMPSE_BLAS_CORE"), *theirs = getenv("OPENBLAS_CORETYPE");
+  if (mine && *mine) {
+    setenv("OPENBLAS_CORETYPE", mine, 1);
+    snprintf(core_note, sizeof core_note, "core %s from GLIMPSE_BLAS_CORE", mine);
+  } else if (cpu_has_avx512() && (!theirs || !*theirs || core_below_avx512(theirs))) {
+    if (theirs && *theirs)
+      snprintf(core_note, sizeof core_note, "OPENBLAS_CORETYPE=%s upgraded to SkylakeX "
+               "(AVX-512 CPU; set GLIMPSE_BLAS_CORE to choose)", theirs);
+    else
+      snprintf(core_note, sizeof core_note, "SkylakeX chosen for this AVX-512 CPU");
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
   }
   static const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
   void *h = NULL;
@@ -74,6 +99,8 @@ const char *gl_blas_core(void) {
   if (gl_blas_init()) return "none";
   return p_corename ? p_corename() : "unknown";
 }
+
+const char *gl_blas_note(void) { return core_note; }
 
 const char *gl_blas_config(void) {
   if (gl_blas_init()) return load_error;

@@ -231,6 +231,8 @@ int gl_linear(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias);
 int gl_blas_init(void);
 const char *gl_blas_core(void);
 const char *gl_blas_config(void);
+/* how the core was chosen ("" when OpenBLAS chose it alone) */
+const char *gl_blas_note(void);
 int gl_blas_threads(void);
 void gl_blas_set_threads(int n);
 /* C = alpha * op(A) op(B) + beta * C, row-major, the cblas_sgemm contract. */
@@ -290,5 +292,87 @@ int gl_bernoulli(gl_tensor **out, const gl_tensor *p);
 /* checks */
 
 int gl_has_nonfinite(const gl_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* data files (io_gz.c): gzip through zlib (plain files read unchanged), IDX arrays */
+
+/* Read a whole (gzipped or plain) file: *buf (free with gl_gz_free), *n bytes; more than
+ * max_bytes after decompression is an error. */
+int gl_read_gz(const char *path, size_t max_bytes, unsigned char **buf, size_t *n);
+void gl_gz_free(unsigned char *buf);
+typedef struct {
+  int type;           /* 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64 */
+  int elem_size;      /* bytes per element */
+  int ndim;
+  int shape[GL_MAX_DIMS];
+  size_t numel;
+} gl_idx_info;
+int gl_read_idx_info(const char *path, gl_idx_info *info);
+/* Items [offset, offset+limit) along dim 0 of an IDX file as floats (limit 0: to the end);
+ * scale: u8 values / 255. */
+int gl_read_idx(gl_tensor **out, const char *path, size_t offset, size_t limit, int scale);
+
+/* ------------------------------------------------------------------------ */
+/* images (image.c): stb_image load/save/resize, crops, grids, heatmaps, overlays.
+ * Images are (C,H,W) float32 in [0,1] (or (H,W) grey; (B,C,H,W) where noted); no op here
+ * records a graph. */
+
+size_t gl_image_max_pixels(void);             /* decode cap, default 64 Mpixel */
+size_t gl_image_set_max_pixels(size_t n);     /* returns the previous cap */
+int gl_image_info(const char *path, int *w, int *h, int *comp);
+/* channels 0: grey stays 1, colour 3 (alpha dropped); 1/3/4 force.  cap 0: the global cap.
+ * Errors read "image.load: <path>: <reason>". */
+int gl_image_load(gl_tensor **out, const char *path, int channels, size_t cap);
+/* (H,W) or (C,H,W), C = 1,3,4, clamped to [0,1]; format "png","jpg","bmp","tga" or NULL
+ * (from the extension); quality 1..100 for JPEG */
+int gl_image_save(const char *path, const gl_tensor *img, const char *format, int quality);
+enum { GL_RESIZE_AUTO = 0, GL_RESIZE_NEAREST, GL_RESIZE_BOX, GL_RESIZE_BILINEAR,
+       GL_RESIZE_BICUBIC, GL_RESIZE_MITCHELL };
+/* (H,W), (C,H,W), (B,C,H,W) -> same with (h,w) */
+int gl_image_resize(gl_tensor **out, const gl_tensor *img, int h, int w, int filter);
+int gl_image_crop(gl_tensor **out, const gl_tensor *img, int top, int left, int h, int w);
+int gl_image_flip(gl_tensor **out, const gl_tensor *img, int horizontal);
+int gl_image_to_grey(gl_tensor **out, const gl_tensor *img);      /* -> C = 1 */
+/* (x - mean[c]) / std[c]; n == C, or n == 1 for all channels; (C,H,W) or (B,C,H,W) */
+int gl_image_normalize(gl_tensor **out, const gl_tensor *img, int n, const float *mean,
+                       const float *std);
+/* n images of one (H,W) (or one (B,C,H,W)) -> (C, rows*(H+p)+p, ncol*(W+p)+p); ncol <= 0: 8 */
+int gl_image_grid(gl_tensor **out, int n, gl_tensor *const *imgs, int ncol, int padding,
+                  float pad_value);
+enum { GL_CMAP_JET = 0, GL_CMAP_VIRIDIS, GL_CMAP_HOT, GL_CMAP_GREY, GL_CMAP_COUNT };
+int gl_colormap_by_name(const char *name);    /* -1 when unknown */
+const char *gl_colormap_name(int cmap);
+void gl_colormap_rgb(int cmap, float x, float *rgb);  /* x in [0,1] -> rgb[3] */
+/* m (H,W) -> (3, H*scale, W*scale), nearest-neighbour blocks; vmin/vmax NaN: m's range */
+int gl_image_heatmap(gl_tensor **out, const gl_tensor *m, int cmap, int scale, float vmin,
+                     float vmax);
+enum { GL_UPSAMPLE_BILINEAR = 0, GL_UPSAMPLE_BICUBIC, GL_UPSAMPLE_NEAREST };
+/* img (H,W)/(C,H,W), heat of gh*gw entries -> (3,H,W): heat upsampled to (H,W), min-max
+ * normalised, coloured, blended: (1-alpha)*img + alpha*colour */
+int gl_image_overlay(gl_tensor **out, const gl_tensor *img, const gl_tensor *heat, int gh,
+                     int gw, float alpha, int cmap, int upsample);
+
+/* ------------------------------------------------------------------------ */
+/* safetensors checkpoints (io.c): a list of named tensors plus string->string metadata.
+ * Save writes F32, names sorted, atomically (temp file in the same dir, fsync, rename).
+ * Load accepts F32/F16/BF16/F64/I64/I32/I16/I8/U8/BOOL (converted to float32), checks every
+ * length/offset against the file size and fails with "load: <path>: <what is wrong>";
+ * loaded tensors come sorted by name. */
+
+typedef struct gl_st_file gl_st_file;
+int gl_st_new(gl_st_file **out);
+void gl_st_free(gl_st_file *f);                                  /* NULL is fine */
+int gl_st_add_tensor(gl_st_file *f, const char *name, gl_tensor *t); /* retains t */
+int gl_st_add_meta(gl_st_file *f, const char *key, const char *value); /* copies both */
+int gl_st_save(const gl_st_file *f, const char *path);
+int gl_st_load(gl_st_file **out, const char *path);
+size_t gl_st_count(const gl_st_file *f);
+const char *gl_st_name(const gl_st_file *f, size_t i);
+gl_tensor *gl_st_tensor(const gl_st_file *f, size_t i);         /* borrowed */
+gl_tensor *gl_st_find(const gl_st_file *f, const char *name);   /* borrowed, NULL if absent */
+size_t gl_st_meta_count(const gl_st_file *f);
+const char *gl_st_meta_key(const gl_st_file *f, size_t i);
+const char *gl_st_meta_value(const gl_st_file *f, size_t i);
+const char *gl_st_find_meta(const gl_st_file *f, const char *key); /* NULL if absent */
 
 #endif

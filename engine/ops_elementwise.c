@@ -1,0 +1,562 @@
+/* ops_elementwise.c -- binary ops with numpy broadcasting, scalar ops, unary maths, and the
+ * in-place helpers the bindings and optimizers use.
+ *
+ * Broadcasting: shapes are aligned at the right; a dim of size 1 (or a missing one) stretches.
+ * Kernels walk the output with a per-dim counter and two stride vectors whose broadcast
+ * entries are 0, so nothing is ever materialised.  Backward computes the full-size product
+ * and sums it back down to each input's shape (gl_sum_to_add).
+ */
+#include "glimpse.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* broadcasting plumbing */
+
+int gl_broadcast_shape(const char *op, const gl_tensor *a, const gl_tensor *b, int *ndim,
+                       int *shape) {
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+  for (int i = 0; i < n; i++) {
+    int da = i < n - a->ndim ? 1 : a->shape[i - (n - a->ndim)];
+    int db = i < n - b->ndim ? 1 : b->shape[i - (n - b->ndim)];
+    if (da != db && da != 1 && db != 1) {
+      char s1[128], s2[128];
+      return gl_fail(GL_ESHAPE, "%s: shapes %s and %s do not broadcast (dim %d: %d vs %d)", op,
+                     gl_shape_str(s1, sizeof s1, a->ndim, a->shape),
+                     gl_shape_str(s2, sizeof s2, b->ndim, b->shape), i + 1, da, db);
+    }
+    shape[i] = da == 1 ? db : da;
+  }
+  *ndim = n;
+  return GL_OK;
+}
+
+/* strides of t seen through an n-dim broadcast shape: 0 on stretched dims */
+static void bstrides(const gl_tensor *t, int n, size_t *st) {
+  size_t s = 1;
+  for (int i = n - 1; i >= 0; i--) {
+    int k = i - (n - t->ndim);
+    if (k < 0 || t->shape[k] == 1) st[i] = 0;
+    else { st[i] = s; s *= (size_t)t->shape[k]; }
+  }
+}
+
+/* Walk `out` (ndim, shape) row by row: for each row of the last dim, report offsets into a
+ * and b.  Implemented as an explicit counter over the leading dims. */
+typedef struct {
+  int n, shape[GL_MAX_DIMS];
+  size_t sa[GL_MAX_DIMS], sb[GL_MAX_DIMS];
+  int idx[GL_MAX_DIMS];
+  size_t oa, ob, rows, row;
+} walker;
+
+static void walk_init(walker *w, int n, const int *shape, const gl_tensor *a, const gl_tensor *b) {
+  memset(w, 0, sizeof *w);
+  w->n = n;
+  memcpy(w->shape, shape, sizeof(int) * (size_t)n);
+  bstrides(a, n, w->sa);
+  if (b) bstrides(b, n, w->sb);
+  w->rows = 1;
+  for (int i = 0; i < n - 1; i++) w->rows *= (size_t)shape[i];
+}
+
+static void walk_next(walker *w) {
+  for (int i = w->n - 2; i >= 0; i--) {
+    w->idx[i]++;
+    w->oa += w->sa[i];
+    w->ob += w->sb[i];
+    if (w->idx[i] < w->shape[i]) return;
+    w->oa -= w->sa[i] * (size_t)w->shape[i];
+    w->ob -= w->sb[i] * (size_t)w->shape[i];
+    w->idx[i] = 0;
+  }
+}
+
+int gl_sum_to_add(gl_tensor *dst, const gl_tensor *g) {
+  if (gl_same_shape(dst, g)) {
+    for (size_t i = 0; i < g->numel; i++) dst->data[i] += g->data[i];
+    return GL_OK;
+  }
+  if (dst->numel == 1) {
+    double s = 0;
+    for (size_t i = 0; i < g->numel; i++) s += g->data[i];
+    dst->data[0] += (float)s;
+    return GL_OK;
+  }
+  walker w;
+  walk_init(&w, g->ndim, g->shape, dst, NULL);
+  int inner = g->ndim ? g->shape[g->ndim - 1] : 1;
+  size_t s = g->ndim ? w.sa[g->ndim - 1] : 0;
+  const float *src = g->data;
+  for (size_t r = 0; r < w.rows; r++, walk_next(&w), src += inner) {
+    float *d = dst->data + w.oa;
+    if (s) for (int j = 0; j < inner; j++) d[j] += src[j];
+    else { float acc = 0; for (int j = 0; j < inner; j++) acc += src[j]; d[0] += acc; }
+  }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* binary kernels: a (broadcast) OP b (broadcast) -> out */
+
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_NE, B_LT, B_LE, B_GT, B_GE };
+
+static inline float bin1(int op, float x, float y) {
+  switch (op) {
+    case B_ADD: return x + y;
+    case B_SUB: return x - y;
+    case B_MUL: return x * y;
+    case B_DIV: return x / y;
+    case B_POW: return powf(x, y);
+    case B_MAX: return x >= y ? x : y;
+    case B_MIN: return x <= y ? x : y;
+    case B_EQ: return x == y;
+    case B_NE: return x != y;
+    case B_LT: return x < y;
+    case B_LE: return x <= y;
+    case B_GT: return x > y;
+    default: return x >= y;
+  }
+}
+
+static void bin_row(int op, float *o, const float *a, size_t sa, const float *b, size_t sb, int n) {
+  /* the common cases get loops the compiler vectorises */
+  if (sa == 1 && sb == 1) {
+    switch (op) {
+      case B_ADD: for (int j = 0; j < n; j++) o[j] = a[j] + b[j]; return;
+      case B_SUB: for (int j = 0; j < n; j++) o[j] = a[j] - b[j]; return;
+      case B_MUL: for (int j = 0; j < n; j++) o[j] = a[j] * b[j]; return;
+      case B_DIV: for (int j = 0; j < n; j++) o[j] = a[j] / b[j]; return;
+      default: break;
+    }
+  } else if (sa == 1 && sb == 0) {
+    float y = b[0];
+    switch (op) {
+      case B_ADD: for (int j = 0; j < n; j++) o[j] = a[j] + y; return;
+      case B_SUB: for (int j = 0; j < n; j++) o[j] = a[j] - y; return;
+      case B_MUL: for (int j = 0; j < n; j++) o[j] = a[j] * y; return;
+      case B_DIV: for (int j = 0; j < n; j++) o[j] = a[j] / y; return;
+      default: break;
+    }
+  }
+  for (int j = 0; j < n; j++) o[j] = bin1(op, a[j * sa], b[j * sb]);
+}
+
+static int binary_forward(const char *name, int op, gl_tensor **out, gl_tensor *a, gl_tensor *b) {
+  int n, shape[GL_MAX_DIMS];
+  int st = gl_broadcast_shape(name, a, b, &n, shape);
+  if (st) return st;
+  if ((st = gl_empty(out, n, shape))) return st;
+  gl_tensor *o = *out;
+  if (o->numel == 0) return GL_OK;
+  if (n == 0) { o->data[0] = bin1(op, a->data[0], b->data[0]); return GL_OK; }
+  walker w;
+  walk_init(&w, n, shape, a, b);
+  int inner = shape[n - 1];
+  size_t sa = w.sa[n - 1], sb = w.sb[n - 1];
+  float *po = o->data;
+  for (size_t r = 0; r < w.rows; r++, walk_next(&w), po += inner)
+    bin_row(op, po, a->data + w.oa, sa, b->data + w.ob, sb, inner);
+  return GL_OK;
+}
+
+/* tmp = g * f(a, b) over the broadcast shape of g, for input `which` (0: a, 1: b) */
+static int binary_grad(int op, int which, const gl_tensor *g, const gl_tensor *a,
+                       const gl_tensor *b, const gl_tensor *out, gl_tensor *dst) {
+  if (op == B_ADD || (op == B_SUB && which == 0)) return gl_sum_to_add(dst, g);
+  gl_tensor *tmp;
+  int st = gl_empty(&tmp, g->ndim, g->shape);
+  if (st) return st;
+  if (g->numel) {
+    walker w;
+    int n = g->ndim;
+    walk_init(&w, n, g->shape, a, b);
+    int inner = n ? g->shape[n - 1] : 1;
+    size_t sa = n ? w.sa[n - 1] : 0, sb = n ? w.sb[n - 1] : 0;
+    const float *pg = g->data, *po = out ? out->data : NULL;
+    float *pt = tmp->data;
+    for (size_t r = 0; r < (n ? w.rows : 1); r++, walk_next(&w), pg += inner, pt += inner) {
+      const float *pa = a->data + w.oa, *pb = b->data + w.ob;
+      for (int j = 0; j < inner; j++) {
+        float x = pa[j * sa], y = pb[j * sb], d = pg[j];
+        float r2;
+        switch (op) {
+          case B_SUB: r2 = -d; break;
+          case B_MUL: r2 = which ? d * x : d * y; break;
+          case B_DIV: r2 = which ? -d * x / (y * y) : d / y; break;
+          case B_POW:
+            if (which) r2 = x > 0 ? d * po[j] * logf(x) : 0;
+            else r2 = (y == 0) ? 0 : d * y * powf(x, y - 1);
+            break;
+          case B_MAX: r2 = which ? (y > x ? d : (y == x ? 0.5f * d : 0)) : (x > y ? d : (x == y ? 0.5f * d : 0)); break;
+          case B_MIN: r2 = which ? (y < x ? d : (y == x ? 0.5f * d : 0)) : (x < y ? d : (x == y ? 0.5f * d : 0)); break;
+          default: r2 = 0;
+        }
+        pt[j] = r2;
+      }
+      if (po) po += inner;
+    }
+  }
+  st = gl_sum_to_add(dst, tmp);
+  gl_release(tmp);
+  return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* add, sub, mul, div, pow, maximum, minimum: out = a OP b
+ * backward: d/da and d/db of the op, times gout, summed back to each input's shape */
+
+static int binary_backward(gl_node *n, gl_tensor **gout) {
+  int op = n->ints[0];
+  gl_tensor *a = n->in[0], *b = n->in[1];
+  gl_tensor *out = n->nsaved ? n->saved[0] : NULL;
+  for (int i = 0; i < 2; i++) {
+    gl_tensor *g = gl_grad_of(n, i);
+    if (!g) continue;
+    int st = binary_grad(op, i, gout[0], a, b, out, g);
+    if (st) return st;
+  }
+  return GL_OK;
+}
+
+static const gl_op op_binary = {"binary", binary_backward};
+
+static int binary(const char *name, int op, gl_tensor **out, gl_tensor *a, gl_tensor *b) {
+  int st = binary_forward(name, op, out, a, b);
+  if (st) return st;
+  gl_tensor *in[2] = {a, b};
+  gl_node *n = gl_record(&op_binary, 2, in, 1, out);
+  if (n) {
+    n->ints[0] = op;
+    if (op == B_POW) {
+      gl_tensor *al = gl_alias(*out);
+      gl_save(n, al);
+      gl_release(al);
+    }
+  }
+  return GL_OK;
+}
+
+int gl_add(gl_tensor **o, gl_tensor *a, gl_tensor *b) { return binary("add", B_ADD, o, a, b); }
+int gl_sub(gl_tensor **o, gl_tensor *a, gl_tensor *b) { return binary("sub", B_SUB, o, a, b); }
+int gl_mul(gl_tensor **o, gl_tensor *a, gl_tensor *b) { return binary("mul", B_MUL, o, a, b); }
+int gl_div(gl_tensor **o, gl_tensor *a, gl_tensor *b) { return binary("div", B_DIV, o, a, b); }
+int gl_pow(gl_tensor **o, gl_tensor *a, gl_tensor *b) { return binary("pow", B_POW, o, a, b); }
+int gl_maximum(gl_tensor **o, gl_tensor *a, gl_tensor *b) { return binary("maximum", B_MAX, o, a, b); }
+int gl_minimum(gl_tensor **o, gl_tensor *a, gl_tensor *b) { return binary("minimum", B_MIN, o, a, b); }
+
+int gl_cmp(gl_tensor **out, gl_tensor *a, gl_tensor *b, const char *how) {
+  static const char *names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+  for (int i = 0; i < 6; i++)
+    if (!strcmp(how, names[i])) return binary_forward(names[i], B_EQ + i, out, a, b);
+  return gl_fail(GL_EARG, "cmp: unknown comparison '%s'", how);
+}
+
+/* ------------------------------------------------------------------------ */
+/* where(cond, a, b): cond != 0 ? a : b, all broadcast to one shape
+ * backward: ga += g where cond, gb += g elsewhere */
+
+static int where_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *c = n->saved[0];
+  for (int i = 1; i < 3; i++) {
+    gl_tensor *g = gl_grad_of(n, i);
+    if (!g) continue;
+    gl_tensor *tmp;
+    int st = gl_empty(&tmp, gout[0]->ndim, gout[0]->shape);
+    if (st) return st;
+    for (size_t k = 0; k < tmp->numel; k++)
+      tmp->data[k] = ((c->data[k] != 0) == (i == 1)) ? gout[0]->data[k] : 0;
+    st = gl_sum_to_add(g, tmp);
+    gl_release(tmp);
+    if (st) return st;
+  }
+  return GL_OK;
+}
+
+static const gl_op op_where = {"where", where_backward};
+
+int gl_where(gl_tensor **out, gl_tensor *cond, gl_tensor *a, gl_tensor *b) {
+  int n1, s1[GL_MAX_DIMS], n, shape[GL_MAX_DIMS];
+  int st = gl_broadcast_shape("where", a, b, &n1, s1);
+  if (st) return st;
+  gl_tensor tmp = {0};
+  tmp.ndim = n1;
+  memcpy(tmp.shape, s1, sizeof s1);
+  if ((st = gl_broadcast_shape("where", cond, &tmp, &n, shape))) return st;
+  gl_tensor *ce, *ae, *be;
+  if ((st = gl_expand(&ce, cond, n, shape))) return st;
+  int prev = gl_set_grad_enabled(0);
+  st = gl_expand(&ae, a, n, shape);
+  if (!st && (st = gl_expand(&be, b, n, shape))) gl_release(ae);
+  gl_set_grad_enabled(prev);
+  if (st) { gl_release(ce); return st; }
+  if (!(st = gl_empty(out, n, shape))) {
+    for (size_t k = 0; k < (*out)->numel; k++)
+      (*out)->data[k] = ce->data[k] != 0 ? ae->data[k] : be->data[k];
+    gl_tensor *in[3] = {cond, a, b};
+    gl_node *nd = gl_record(&op_where, 3, in, 1, out);
+    gl_save(nd, ce);
+  }
+  gl_release(ce);
+  gl_release(ae);
+  gl_release(be);
+  return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* scalar ops: a + s, a * s, a ^ p, s - a, s / a
+ * backward: 1, s, p a^(p-1), -1, -s / a^2 */
+
+enum { S_ADD, S_MUL, S_POW, S_RSUB, S_RDIV };
+
+static int scalar_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *d = gout[0]->data, *x = n->in[0]->data;
+  float s = n->floats[0];
+  size_t N = g->numel;
+  switch (n->ints[0]) {
+    case S_ADD: for (size_t i = 0; i < N; i++) g->data[i] += d[i]; break;
+    case S_MUL: for (size_t i = 0; i < N; i++) g->data[i] += s * d[i]; break;
+    case S_POW:
+      if (s == 2) for (size_t i = 0; i < N; i++) g->data[i] += 2 * x[i] * d[i];
+      else for (size_t i = 0; i < N; i++) g->data[i] += s == 0 ? 0 : s * powf(x[i], s - 1) * d[i];
+      break;
+    case S_RSUB: for (size_t i = 0; i < N; i++) g->data[i] -= d[i]; break;
+    default: for (size_t i = 0; i < N; i++) g->data[i] -= s * d[i] / (x[i] * x[i]); break;
+  }
+  return GL_OK;
+}
+
+static const gl_op op_scalar = {"scalar", scalar_backward};
+
+static int scalar_op(int kind, gl_tensor **out, gl_tensor *a, float s) {
+  int st = gl_empty_like(out, a);
+  if (st) return st;
+  float *o = (*out)->data;
+  const float *x = a->data;
+  size_t N = a->numel;
+  switch (kind) {
+    case S_ADD: for (size_t i = 0; i < N; i++) o[i] = x[i] + s; break;
+    case S_MUL: for (size_t i = 0; i < N; i++) o[i] = x[i] * s; break;
+    case S_POW:
+      if (s == 2) for (size_t i = 0; i < N; i++) o[i] = x[i] * x[i];
+      else if (s == 0.5f) for (size_t i = 0; i < N; i++) o[i] = sqrtf(x[i]);
+      else for (size_t i = 0; i < N; i++) o[i] = powf(x[i], s);
+      break;
+    case S_RSUB: for (size_t i = 0; i < N; i++) o[i] = s - x[i]; break;
+    default: for (size_t i = 0; i < N; i++) o[i] = s / x[i]; break;
+  }
+  gl_node *n = gl_record(&op_scalar, 1, &a, 1, out);
+  if (n) { n->ints[0] = kind; n->floats[0] = s; }
+  return GL_OK;
+}
+
+int gl_add_scalar(gl_tensor **o, gl_tensor *a, float s) { return scalar_op(S_ADD, o, a, s); }
+int gl_mul_scalar(gl_tensor **o, gl_tensor *a, float s) { return scalar_op(S_MUL, o, a, s); }
+int gl_pow_scalar(gl_tensor **o, gl_tensor *a, float p) { return scalar_op(S_POW, o, a, p); }
+int gl_rsub_scalar(gl_tensor **o, gl_tensor *a, float s) { return scalar_op(S_RSUB, o, a, s); }
+int gl_rdiv_scalar(gl_tensor **o, gl_tensor *a, float s) { return scalar_op(S_RDIV, o, a, s); }
+
+/* ------------------------------------------------------------------------ */
+/* unary maths: y = f(x)
+ * backward: gx += gy * f'(x), written with y where that is cheaper (exp, tanh, sigmoid) */
+
+static const char *unary_names[GL_UNARY_COUNT] = {
+    "neg", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sin", "cos",
+    "softplus", "log1p", "sign", "floor", "round", "rsqrt", "gelu"};
+
+const char *gl_unary_name(gl_unary_kind k) {
+  return (unsigned)k < GL_UNARY_COUNT ? unary_names[k] : "unary";
+}
+
+static inline float sigmoidf(float x) {
+  return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
+}
+
+static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
+
+static int unary_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
+  float *gx = g->data;
+  size_t N = g->numel;
+  switch (n->ints[0]) {
+    case GL_NEG: for (size_t i = 0; i < N; i++) gx[i] -= d[i]; break;
+    case GL_EXP: for (size_t i = 0; i < N; i++) gx[i] += d[i] * y[i]; break;
+    case GL_LOG: for (size_t i = 0; i < N; i++) gx[i] += d[i] / x[i]; break;
+    case GL_TANH: for (size_t i = 0; i < N; i++) gx[i] += d[i] * (1 - y[i] * y[i]); break;
+    case GL_SIGMOID: for (size_t i = 0; i < N; i++) gx[i] += d[i] * y[i] * (1 - y[i]); break;
+    case GL_RELU: for (size_t i = 0; i < N; i++) gx[i] += x[i] > 0 ? d[i] : 0; break;
+    case GL_SQRT: for (size_t i = 0; i < N; i++) gx[i] += d[i] * 0.5f / y[i]; break;
+    case GL_ABS: for (size_t i = 0; i < N; i++) gx[i] += x[i] > 0 ? d[i] : (x[i] < 0 ? -d[i] : 0); break;
+    case GL_SIN: for (size_t i = 0; i < N; i++) gx[i] += d[i] * cosf(x[i]); break;
+    case GL_COS: for (size_t i = 0; i < N; i++) gx[i] -= d[i] * sinf(x[i]); break;
+    case GL_SOFTPLUS: for (size_t i = 0; i < N; i++) gx[i] += d[i] * sigmoidf(x[i]); break;
+    case GL_LOG1P: for (size_t i = 0; i < N; i++) gx[i] += d[i] / (1 + x[i]); break;
+    case GL_RSQRT: for (size_t i = 0; i < N; i++) gx[i] += d[i] * -0.5f * y[i] * y[i] * y[i]; break;
+    case GL_GELU:
+      for (size_t i = 0; i < N; i++) {
+        float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678f));
+        float pdf = 0.39894228f * expf(-0.5f * x[i] * x[i]);
+        gx[i] += d[i] * (cdf + x[i] * pdf);
+      }
+      break;
+    default: break; /* sign, floor, round: zero gradient */
+  }
+  return GL_OK;
+}
+
+static const gl_op op_unary = {"unary", unary_backward};
+
+int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k) {
+  if ((unsigned)k >= GL_UNARY_COUNT) return gl_fail(GL_EARG, "unary: unknown op %d", (int)k);
+  int st = gl_empty_like(out, a);
+  if (st) return st;
+  const float *x = a->data;
+  float *y = (*out)->data;
+  size_t N = a->numel;
+  switch (k) {
+    case GL_NEG: for (size_t i = 0; i < N; i++) y[i] = -x[i]; break;
+    case GL_EXP: for (size_t i = 0; i < N; i++) y[i] = expf(x[i]); break;
+    case GL_LOG: for (size_t i = 0; i < N; i++) y[i] = logf(x[i]); break;
+    case GL_TANH: for (size_t i = 0; i < N; i++) y[i] = tanhf(x[i]); break;
+    case GL_SIGMOID: for (size_t i = 0; i < N; i++) y[i] = sigmoidf(x[i]); break;
+    case GL_RELU: for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
+    case GL_SQRT: for (size_t i = 0; i < N; i++) y[i] = sqrtf(x[i]); break;
+    case GL_ABS: for (size_t i = 0; i < N; i++) y[i] = fabsf(x[i]); break;
+    case GL_SIN: for (size_t i = 0; i < N; i++) y[i] = sinf(x[i]); break;
+    case GL_COS: for (size_t i = 0; i < N; i++) y[i] = cosf(x[i]); break;
+    case GL_SOFTPLUS:
+      for (size_t i = 0; i < N; i++) y[i] = x[i] > 20 ? x[i] : log1pf(expf(x[i]));
+      break;
+    case GL_LOG1P: for (size_t i = 0; i < N; i++) y[i] = log1pf(x[i]); break;
+    case GL_SIGN: for (size_t i = 0; i < N; i++) y[i] = (float)((x[i] > 0) - (x[i] < 0)); break;
+    case GL_FLOOR: for (size_t i = 0; i < N; i++) y[i] = floorf(x[i]); break;
+    case GL_ROUND: for (size_t i = 0; i < N; i++) y[i] = roundf(x[i]); break;
+    case GL_RSQRT: for (size_t i = 0; i < N; i++) y[i] = 1.0f / sqrtf(x[i]); break;
+    case GL_GELU: for (size_t i = 0; i < N; i++) y[i] = gelu_f(x[i]); break;
+    default: break;
+  }
+  gl_node *n = gl_record(&op_unary, 1, &a, 1, out);
+  if (n) {
+    n->ints[0] = (int)k;
+    gl_tensor *al = gl_alias(*out);
+    gl_save(n, al);
+    gl_release(al);
+  }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* clamp(x, lo, hi) and leaky_relu(x, slope)
+ * backward: gradient passes where x is inside [lo, hi]; slope where x < 0 */
+
+static int clamp_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *x = n->in[0]->data, *d = gout[0]->data;
+  float lo = n->floats[0], hi = n->floats[1];
+  if (n->ints[0]) { /* leaky relu */
+    for (size_t i = 0; i < g->numel; i++) g->data[i] += x[i] > 0 ? d[i] : lo * d[i];
+  } else {
+    for (size_t i = 0; i < g->numel; i++) g->data[i] += (x[i] >= lo && x[i] <= hi) ? d[i] : 0;
+  }
+  return GL_OK;
+}
+
+static const gl_op op_clamp = {"clamp", clamp_backward};
+
+int gl_clamp(gl_tensor **out, gl_tensor *a, float lo, float hi) {
+  if (isnan(lo) || isnan(hi) || lo > hi)
+    return gl_fail(GL_EARG, "clamp: bad bounds [%g, %g]", lo, hi);
+  int st = gl_empty_like(out, a);
+  if (st) return st;
+  for (size_t i = 0; i < a->numel; i++) {
+    float v = a->data[i];
+    (*out)->data[i] = v < lo ? lo : (v > hi ? hi : v);
+  }
+  gl_node *n = gl_record(&op_clamp, 1, &a, 1, out);
+  if (n) { n->floats[0] = lo; n->floats[1] = hi; }
+  return GL_OK;
+}
+
+int gl_leaky_relu(gl_tensor **out, gl_tensor *a, float slope) {
+  int st = gl_empty_like(out, a);
+  if (st) return st;
+  for (size_t i = 0; i < a->numel; i++) {
+    float v = a->data[i];
+    (*out)->data[i] = v > 0 ? v : slope * v;
+  }
+  gl_node *n = gl_record(&op_clamp, 1, &a, 1, out);
+  if (n) { n->floats[0] = slope; n->ints[0] = 1; }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* in-place helpers: outside the graph */
+
+static int check_inplace(const char *op, const gl_tensor *t) {
+  if (gl_grad_enabled() && t->requires_grad)
+    return gl_fail(GL_ESTATE, "%s: in-place change of a tensor that requires grad "
+                              "(use glimpse.no_grad or detach())", op);
+  return GL_OK;
+}
+
+int gl_fill_(gl_tensor *t, float v) {
+  int st = check_inplace("fill_", t);
+  if (st) return st;
+  for (size_t i = 0; i < t->numel; i++) t->data[i] = v;
+  t->version++;
+  return GL_OK;
+}
+
+int gl_copy_(gl_tensor *dst, const gl_tensor *src) {
+  int st = check_inplace("copy_", dst);
+  if (st) return st;
+  int n, shape[GL_MAX_DIMS];
+  if ((st = gl_broadcast_shape("copy_", dst, src, &n, shape))) return st;
+  if (n != dst->ndim || memcmp(shape, dst->shape, sizeof(int) * (size_t)n)) {
+    char s1[128], s2[128];
+    return gl_fail(GL_ESHAPE, "copy_: cannot copy a %s tensor into a %s tensor",
+                   gl_shape_str(s1, sizeof s1, src->ndim, src->shape),
+                   gl_shape_str(s2, sizeof s2, dst->ndim, dst->shape));
+  }
+  if (src->numel == dst->numel) {
+    memmove(dst->data, src->data, dst->numel * sizeof(float));
+  } else if (dst->numel) {
+    walker w;
+    walk_init(&w, n, shape, src, NULL);
+    int inner = n ? shape[n - 1] : 1;
+    size_t s = n ? w.sa[n - 1] : 0;
+    float *o = dst->data;
+    for (size_t r = 0; r < (n ? w.rows : 1); r++, walk_next(&w), o += inner)
+      for (int j = 0; j < inner; j++) o[j] = src->data[w.oa + j * s];
+  }
+  dst->version++;
+  return GL_OK;
+}
+
+int gl_add_(gl_tensor *dst, const gl_tensor *src, float alpha) {
+  int st = check_inplace("add_", dst);
+  if (st) return st;
+  if (!gl_same_shape(dst, src) && src->numel != 1) {
+    char s1[128], s2[128];
+    return gl_fail(GL_ESHAPE, "add_: %s into %s", gl_shape_str(s1, sizeof s1, src->ndim, src->shape),
+                   gl_shape_str(s2, sizeof s2, dst->ndim, dst->shape));
+  }
+  if (src->numel == 1) for (size_t i = 0; i < dst->numel; i++) dst->data[i] += alpha * src->data[0];
+  else for (size_t i = 0; i < dst->numel; i++) dst->data[i] += alpha * src->data[i];
+  dst->version++;
+  return GL_OK;
+}
+
+int gl_mul_scalar_(gl_tensor *t, float s) {
+  int st = check_inplace("mul_", t);
+  if (st) return st;
+  for (size_t i = 0; i < t->numel; i++) t->data[i] *= s;
+  t->version++;
+  return GL_OK;
+}

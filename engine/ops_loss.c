@@ -1,0 +1,421 @@
+/* ops_loss.c -- softmax (with a mask), log_softmax, the losses (cross-entropy with
+ * ignore_index and label smoothing, NLL, MSE, BCE) and dropout.
+ *
+ * Softmax works on (outer, n, inner) views of its dim; rows are shifted by their max so no
+ * exp overflows.  A mask zeroes positions exactly (they never enter the normaliser), and a
+ * row with every position masked is all zeros rather than NaN.
+ */
+#include "glimpse.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
+
+static void geom(const gl_tensor *a, int dim, size_t *outer, size_t *n, size_t *inner) {
+  *outer = *inner = 1;
+  for (int i = 0; i < dim; i++) *outer *= (size_t)a->shape[i];
+  for (int i = dim + 1; i < a->ndim; i++) *inner *= (size_t)a->shape[i];
+  *n = (size_t)a->shape[dim];
+}
+
+/* ------------------------------------------------------------------------ */
+/* softmax: y_j = m_j exp(x_j - max) / sum_k m_k exp(x_k - max)   (m the 0/1 mask)
+ * backward: gx_j += y_j (g_j - sum_k g_k y_k) */
+
+static int softmax_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *y = n->saved[0]->data, *d = gout[0]->data;
+  size_t outer, len, inner;
+  geom(g, n->ints[0], &outer, &len, &inner);
+  for (size_t o = 0; o < outer; o++)
+    for (size_t i = 0; i < inner; i++) {
+      size_t base = o * len * inner + i;
+      double dot = 0;
+      for (size_t j = 0; j < len; j++) dot += (double)d[base + j * inner] * y[base + j * inner];
+      for (size_t j = 0; j < len; j++) {
+        size_t k = base + j * inner;
+        g->data[k] += y[k] * (d[k] - (float)dot);
+      }
+    }
+  return GL_OK;
+}
+
+static const gl_op op_softmax = {"softmax", softmax_backward};
+
+int gl_softmax(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *mask) {
+  char b1[128], b2[128];
+  if (dim < 0 || dim >= a->ndim)
+    return gl_fail(GL_EARG, "softmax: dim %d out of range for shape %s", dim + 1, SHAPE(b1, a));
+  gl_tensor *m = NULL;
+  int st;
+  if (mask) {
+    int nd, shape[GL_MAX_DIMS];
+    if ((st = gl_broadcast_shape("softmax", a, mask, &nd, shape))) return st;
+    if (nd != a->ndim || memcmp(shape, a->shape, sizeof(int) * (size_t)nd))
+      return gl_fail(GL_ESHAPE, "softmax: mask %s does not broadcast to input %s",
+                     SHAPE(b1, mask), SHAPE(b2, a));
+    int prev = gl_set_grad_enabled(0);
+    st = gl_expand(&m, (gl_tensor *)mask, a->ndim, a->shape);
+    gl_set_grad_enabled(prev);
+    if (st) return st;
+  }
+  if ((st = gl_empty_like(out, a))) { gl_release(m); return st; }
+  size_t outer, len, inner;
+  geom(a, dim, &outer, &len, &inner);
+  float *y = (*out)->data;
+  const float *x = a->data, *mk = m ? m->data : NULL;
+  for (size_t o = 0; o < outer; o++)
+    for (size_t i = 0; i < inner; i++) {
+      size_t base = o * len * inner + i;
+      float mx = -INFINITY;
+      for (size_t j = 0; j < len; j++) {
+        size_t k = base + j * inner;
+        if ((!mk || mk[k] != 0) && x[k] > mx) mx = x[k];
+      }
+      double s = 0;
+      for (size_t j = 0; j < len; j++) {
+        size_t k = base + j * inner;
+        float e = (mk && mk[k] == 0) || mx == -INFINITY ? 0.0f : expf(x[k] - mx);
+        y[k] = e;
+        s += e;
+      }
+      float inv = s > 0 ? (float)(1.0 / s) : 0.0f;
+      for (size_t j = 0; j < len; j++) y[base + j * inner] *= inv;
+    }
+  gl_release(m);
+  gl_node *n = gl_record(&op_softmax, 1, &a, 1, out);
+  if (n) {
+    n->ints[0] = dim;
+    gl_tensor *al = gl_alias(*out);
+    gl_save(n, al);
+    gl_release(al);
+  }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* log_softmax: y_j = x_j - log sum_k exp(x_k)
+ * backward: gx_j += g_j - exp(y_j) sum_k g_k */
+
+static int log_softmax_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *y = n->saved[0]->data, *d = gout[0]->data;
+  size_t outer, len, inner;
+  geom(g, n->ints[0], &outer, &len, &inner);
+  for (size_t o = 0; o < outer; o++)
+    for (size_t i = 0; i < inner; i++) {
+      size_t base = o * len * inner + i;
+      double s = 0;
+      for (size_t j = 0; j < len; j++) s += d[base + j * inner];
+      for (size_t j = 0; j < len; j++) {
+        size_t k = base + j * inner;
+        g->data[k] += d[k] - expf(y[k]) * (float)s;
+      }
+    }
+  return GL_OK;
+}
+
+static const gl_op op_log_softmax = {"log_softmax", log_softmax_backward};
+
+int gl_log_softmax(gl_tensor **out, gl_tensor *a, int dim) {
+  char b[128];
+  if (dim < 0 || dim >= a->ndim)
+    return gl_fail(GL_EARG, "log_softmax: dim %d out of range for shape %s", dim + 1, SHAPE(b, a));
+  int st = gl_empty_like(out, a);
+  if (st) return st;
+  size_t outer, len, inner;
+  geom(a, dim, &outer, &len, &inner);
+  const float *x = a->data;
+  float *y = (*out)->data;
+  for (size_t o = 0; o < outer; o++)
+    for (size_t i = 0; i < inner; i++) {
+      size_t base = o * len * inner + i;
+      float mx = -INFINITY;
+      for (size_t j = 0; j < len; j++) if (x[base + j * inner] > mx) mx = x[base + j * inner];
+      double s = 0;
+      for (size_t j = 0; j < len; j++) s += exp((double)x[base + j * inner] - mx);
+      float lse = mx + (float)log(s);
+      for (size_t j = 0; j < len; j++) y[base + j * inner] = x[base + j * inner] - lse;
+    }
+  gl_node *n = gl_record(&op_log_softmax, 1, &a, 1, out);
+  if (n) {
+    n->ints[0] = dim;
+    gl_tensor *al = gl_alias(*out);
+    gl_save(n, al);
+    gl_release(al);
+  }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* reductions of a per-row loss */
+
+static int reduce_rows(gl_tensor **out, const float *per_row, size_t R, size_t count,
+                       int reduction, int ndim, const int *shape) {
+  if (reduction == GL_REDUCE_NONE) return gl_from_data(out, ndim, shape, per_row);
+  double s = 0;
+  for (size_t r = 0; r < R; r++) s += per_row[r];
+  float v = (float)(reduction == GL_REDUCE_MEAN ? (count ? s / (double)count : 0) : s);
+  return gl_from_data(out, 0, NULL, &v);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cross_entropy: logits (R, C) (leading dims flattened, classes last), targets (R)
+ *   loss_r = -(1-eps) log p_r[t_r] - eps/C sum_c log p_r[c],  rows with t_r == ignore skipped
+ * backward: glogits[r, c] += w_r (p_r[c] - (1-eps) [c == t_r] - eps/C),
+ *   w_r = gout_r (none), gout/count (mean), gout (sum) */
+
+static int ce_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *p = n->saved[0]->data, *t = n->saved[1]->data, *d = gout[0]->data;
+  int C = n->ints[0], ignore = n->ints[1], red = n->ints[2];
+  size_t R = (size_t)n->ints[3], count = (size_t)n->ints[4];
+  float eps = n->floats[0];
+  for (size_t r = 0; r < R; r++) {
+    int tr = (int)t[r];
+    if (tr == ignore) continue;
+    float w = red == GL_REDUCE_NONE ? d[r] : (red == GL_REDUCE_MEAN ? d[0] / (float)count : d[0]);
+    float *gr = g->data + r * (size_t)C;
+    const float *pr = p + r * (size_t)C;
+    for (int c = 0; c < C; c++) gr[c] += w * (pr[c] - eps / (float)C);
+    gr[tr] -= w * (1 - eps);
+  }
+  return GL_OK;
+}
+
+static const gl_op op_ce = {"cross_entropy", ce_backward};
+
+static int check_targets(const char *op, const gl_tensor *logits, const gl_tensor *targets,
+                         int ignore, size_t *R, int *C) {
+  char b1[128], b2[128];
+  if (logits->ndim < 1)
+    return gl_fail(GL_ESHAPE, "%s: logits must have a class dim, got %s", op, SHAPE(b1, logits));
+  *C = logits->shape[logits->ndim - 1];
+  *R = *C ? logits->numel / (size_t)*C : 0;
+  int ok = logits->ndim == 1 ? targets->numel == 1 : targets->numel == *R;
+  if (ok && logits->ndim > 1 && targets->ndim == logits->ndim - 1)
+    for (int i = 0; i < targets->ndim; i++) ok &= targets->shape[i] == logits->shape[i];
+  else if (ok && logits->ndim > 1 && targets->ndim != 1) ok = 0;
+  if (!ok)
+    return gl_fail(GL_ESHAPE, "%s: targets %s do not fit logits %s (classes are the last dim)",
+                   op, SHAPE(b1, targets), SHAPE(b2, logits));
+  if (logits->ndim == 1) *R = 1;
+  for (size_t r = 0; r < *R; r++) {
+    float v = targets->data[r];
+    if (v == (float)ignore) continue;
+    if (!(v >= 0 && v < (float)*C) || v != floorf(v))
+      return gl_fail(GL_EARG, "%s: target %g out of range (valid 1..%d)", op, (double)v + 1, *C);
+  }
+  return GL_OK;
+}
+
+int gl_cross_entropy(gl_tensor **out, gl_tensor *logits, const gl_tensor *targets,
+                     int ignore_index, int reduction, float eps) {
+  size_t R;
+  int C;
+  int st = check_targets("cross_entropy", logits, targets, ignore_index, &R, &C);
+  if (st) return st;
+  if (!(eps >= 0 && eps < 1)) return gl_fail(GL_EARG, "cross_entropy: label_smoothing %g not in [0,1)", eps);
+  gl_tensor *p, *loss_r, *tc;
+  int rs[1] = {(int)R};
+  if ((st = gl_empty(&p, logits->ndim, logits->shape))) return st;
+  if ((st = gl_zeros(&loss_r, 1, rs))) { gl_release(p); return st; }
+  size_t count = 0;
+  for (size_t r = 0; r < R; r++) {
+    const float *x = logits->data + r * (size_t)C;
+    float *pr = p->data + r * (size_t)C;
+    float mx = -INFINITY;
+    for (int c = 0; c < C; c++) if (x[c] > mx) mx = x[c];
+    double s = 0;
+    for (int c = 0; c < C; c++) { pr[c] = expf(x[c] - mx); s += pr[c]; }
+    float lse = mx + (float)log(s), inv = (float)(1.0 / s);
+    for (int c = 0; c < C; c++) pr[c] *= inv;
+    int tr = (int)targets->data[r];
+    if (tr == ignore_index) continue;
+    count++;
+    double l = -(1 - eps) * (x[tr] - lse);
+    if (eps > 0) {
+      double sl = 0;
+      for (int c = 0; c < C; c++) sl += x[c] - lse;
+      l -= eps / C * sl;
+    }
+    loss_r->data[r] = (float)l;
+  }
+  int tshape[GL_MAX_DIMS];
+  int tnd = logits->ndim > 1 ? logits->ndim - 1 : 0;
+  memcpy(tshape, logits->shape, sizeof(int) * (size_t)tnd);
+  st = reduce_rows(out, loss_r->data, R, count, reduction, tnd, tshape);
+  gl_release(loss_r);
+  if (st) { gl_release(p); return st; }
+  gl_node *n = gl_record(&op_ce, 1, &logits, 1, out);
+  if (n) {
+    n->ints[0] = C; n->ints[1] = ignore_index; n->ints[2] = reduction;
+    n->ints[3] = (int)R; n->ints[4] = (int)count;
+    n->floats[0] = eps;
+    if ((st = gl_clone(&tc, targets))) { gl_release(p); return st; }
+    gl_save(n, p);
+    gl_save(n, tc);
+    gl_release(tc);
+  }
+  gl_release(p);
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* nll_loss: logp (R, C), loss_r = -logp[r, t_r]
+ * backward: glogp[r, t_r] -= w_r */
+
+static int nll_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *t = n->saved[0]->data, *d = gout[0]->data;
+  int C = n->ints[0], ignore = n->ints[1], red = n->ints[2];
+  size_t R = (size_t)n->ints[3], count = (size_t)n->ints[4];
+  for (size_t r = 0; r < R; r++) {
+    int tr = (int)t[r];
+    if (tr == ignore) continue;
+    float w = red == GL_REDUCE_NONE ? d[r] : (red == GL_REDUCE_MEAN ? d[0] / (float)count : d[0]);
+    g->data[r * (size_t)C + tr] -= w;
+  }
+  return GL_OK;
+}
+
+static const gl_op op_nll = {"nll_loss", nll_backward};
+
+int gl_nll_loss(gl_tensor **out, gl_tensor *logp, const gl_tensor *targets, int ignore_index,
+                int reduction) {
+  size_t R;
+  int C;
+  int st = check_targets("nll_loss", logp, targets, ignore_index, &R, &C);
+  if (st) return st;
+  gl_tensor *loss_r;
+  int rs[1] = {(int)R};
+  if ((st = gl_zeros(&loss_r, 1, rs))) return st;
+  size_t count = 0;
+  for (size_t r = 0; r < R; r++) {
+    int tr = (int)targets->data[r];
+    if (tr == ignore_index) continue;
+    count++;
+    loss_r->data[r] = -logp->data[r * (size_t)C + tr];
+  }
+  int tshape[GL_MAX_DIMS];
+  int tnd = logp->ndim > 1 ? logp->ndim - 1 : 0;
+  memcpy(tshape, logp->shape, sizeof(int) * (size_t)tnd);
+  st = reduce_rows(out, loss_r->data, R, count, reduction, tnd, tshape);
+  gl_release(loss_r);
+  if (st) return st;
+  gl_node *n = gl_record(&op_nll, 1, &logp, 1, out);
+  if (n) {
+    n->ints[0] = C; n->ints[1] = ignore_index; n->ints[2] = reduction;
+    n->ints[3] = (int)R; n->ints[4] = (int)count;
+    gl_tensor *tc;
+    if ((st = gl_clone(&tc, targets))) return st;
+    gl_save(n, tc);
+    gl_release(tc);
+  }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* mse_loss: l_i = (a_i - b_i)^2 ; bce_loss: l_i = -(t log p + (1-t) log(1-p)), logs >= -100
+ * backward: ga += w 2 (a - b), gb -= w 2 (a - b) ; gp += w (p - t) / max(p (1-p), 1e-12) */
+
+static int pointwise_loss_backward(gl_node *n, gl_tensor **gout) {
+  const float *a = n->in[0]->data, *b = n->in[1]->data, *d = gout[0]->data;
+  int red = n->ints[0], bce = n->ints[1];
+  size_t N = n->in[0]->numel;
+  for (int which = 0; which < 2; which++) {
+    gl_tensor *g = gl_grad_of(n, which);
+    if (!g) continue;
+    for (size_t i = 0; i < N; i++) {
+      float w = red == GL_REDUCE_NONE ? d[i] : (red == GL_REDUCE_MEAN ? d[0] / (float)N : d[0]);
+      float v;
+      if (!bce) v = 2 * (a[i] - b[i]) * (which ? -1 : 1);
+      else if (which == 0) {
+        float den = a[i] * (1 - a[i]);
+        v = (a[i] - b[i]) / (den > 1e-12f ? den : 1e-12f);
+      } else {
+        float lp = logf(a[i]), l1p = logf(1 - a[i]);
+        v = -((lp < -100 ? -100 : lp) - (l1p < -100 ? -100 : l1p));
+      }
+      g->data[i] += w * v;
+    }
+  }
+  return GL_OK;
+}
+
+static const gl_op op_pointwise_loss = {"pointwise_loss", pointwise_loss_backward};
+
+static int pointwise_loss(const char *op, int bce, gl_tensor **out, gl_tensor *a, gl_tensor *b,
+                          int reduction) {
+  char b1[128], b2[128];
+  if (!gl_same_shape(a, b))
+    return gl_fail(GL_ESHAPE, "%s: input %s and target %s differ in shape", op, SHAPE(b1, a),
+                   SHAPE(b2, b));
+  if (bce)
+    for (size_t i = 0; i < a->numel; i++)
+      if (!(a->data[i] >= 0 && a->data[i] <= 1))
+        return gl_fail(GL_EVALUE, "%s: input %g is not a probability in [0,1]", op, (double)a->data[i]);
+  float *l = gl_scratch_alloc(a->numel);
+  if (!l) return gl_fail(GL_ENOMEM, "%s: out of memory", op);
+  for (size_t i = 0; i < a->numel; i++) {
+    if (!bce) { float e = a->data[i] - b->data[i]; l[i] = e * e; }
+    else {
+      float lp = logf(a->data[i]), l1p = logf(1 - a->data[i]);
+      lp = lp < -100 ? -100 : lp;
+      l1p = l1p < -100 ? -100 : l1p;
+      l[i] = -(b->data[i] * lp + (1 - b->data[i]) * l1p);
+    }
+  }
+  int st = reduce_rows(out, l, a->numel, a->numel, reduction, a->ndim, a->shape);
+  gl_scratch_free(l, a->numel);
+  if (st) return st;
+  gl_tensor *in[2] = {a, b};
+  gl_node *n = gl_record(&op_pointwise_loss, 2, in, 1, out);
+  if (n) { n->ints[0] = reduction; n->ints[1] = bce; }
+  return GL_OK;
+}
+
+int gl_mse_loss(gl_tensor **out, gl_tensor *a, gl_tensor *b, int reduction) {
+  return pointwise_loss("mse_loss", 0, out, a, b, reduction);
+}
+
+int gl_bce_loss(gl_tensor **out, gl_tensor *p, gl_tensor *t, int reduction) {
+  return pointwise_loss("bce_loss", 1, out, p, t, reduction);
+}
+
+/* ------------------------------------------------------------------------ */
+/* dropout: y = x m / (1 - p), m ~ Bernoulli(1 - p); identity when not training
+ * backward: gx += g m / (1 - p) */
+
+static int dropout_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *m = n->saved[0]->data, *d = gout[0]->data;
+  for (size_t i = 0; i < g->numel; i++) g->data[i] += d[i] * m[i];
+  return GL_OK;
+}
+
+static const gl_op op_dropout = {"dropout", dropout_backward};
+
+int gl_dropout(gl_tensor **out, gl_tensor *a, float p, int training) {
+  if (!(p >= 0 && p <= 1)) return gl_fail(GL_EARG, "dropout: p = %g is not in [0,1]", p);
+  if (!training || p == 0) {
+    return gl_reshape(out, a, a->ndim, a->shape);
+  }
+  gl_tensor *m;
+  int st = gl_empty_like(&m, a);
+  if (st) return st;
+  float scale = p < 1 ? 1.0f / (1.0f - p) : 0.0f;
+  for (size_t i = 0; i < a->numel; i++) m->data[i] = gl_rand_uniform() >= p ? scale : 0.0f;
+  if ((st = gl_empty_like(out, a))) { gl_release(m); return st; }
+  for (size_t i = 0; i < a->numel; i++) (*out)->data[i] = a->data[i] * m->data[i];
+  gl_node *n = gl_record(&op_dropout, 1, &a, 1, out);
+  gl_save(n, m);
+  gl_release(m);
+  return GL_OK;
+}

@@ -1,0 +1,303 @@
+/* ops_reduce.c -- reductions over one dim (or over everything): sum, mean, max/min with
+ * indices, argmax, logsumexp, variance, L2 norm.
+ *
+ * A reduction over dim d sees the tensor as (outer, n, inner) and writes (outer, inner).
+ * Sums accumulate in double so a mean over a large tensor does not drift.
+ */
+#include "glimpse.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct { size_t outer, n, inner; } span3;
+
+/* dim < 0: all elements, out is 0-dim (or all-ones dims with keepdim) */
+static int reduce_shape(const char *op, const gl_tensor *a, int dim, int keepdim, span3 *sp,
+                        int *ondim, int *oshape) {
+  if (dim < 0) {
+    sp->outer = 1; sp->n = a->numel; sp->inner = 1;
+    *ondim = keepdim ? a->ndim : 0;
+    for (int i = 0; i < *ondim; i++) oshape[i] = 1;
+    return GL_OK;
+  }
+  if (dim >= a->ndim) {
+    char b[128];
+    return gl_fail(GL_EARG, "%s: dim %d out of range for shape %s", op, dim + 1,
+                   gl_shape_str(b, sizeof b, a->ndim, a->shape));
+  }
+  sp->outer = sp->inner = 1;
+  for (int i = 0; i < dim; i++) sp->outer *= (size_t)a->shape[i];
+  for (int i = dim + 1; i < a->ndim; i++) sp->inner *= (size_t)a->shape[i];
+  sp->n = (size_t)a->shape[dim];
+  int k = 0;
+  for (int i = 0; i < a->ndim; i++) {
+    if (i == dim) { if (keepdim) oshape[k++] = 1; }
+    else oshape[k++] = a->shape[i];
+  }
+  *ondim = k;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* sum and mean: a (outer, n, inner) -> (outer, inner)
+ * backward: ga[o, j, i] += g[o, i] (times 1/n for the mean) */
+
+static int summean_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
+  float scale = n->floats[0];
+  const float *d = gout[0]->data;
+  for (size_t o = 0; o < outer; o++)
+    for (size_t j = 0; j < len; j++) {
+      float *gx = g->data + (o * len + j) * inner;
+      const float *dd = d + o * inner;
+      for (size_t i = 0; i < inner; i++) gx[i] += scale * dd[i];
+    }
+  return GL_OK;
+}
+
+static const gl_op op_summean = {"sum", summean_backward};
+
+static int sum_or_mean(const char *name, int mean, gl_tensor **out, gl_tensor *a, int dim,
+                       int keepdim) {
+  span3 sp;
+  int nd, shape[GL_MAX_DIMS];
+  int st = reduce_shape(name, a, dim, keepdim, &sp, &nd, shape);
+  if (st) return st;
+  if (mean && sp.n == 0) {
+    char b[128];
+    return gl_fail(GL_EARG, "%s: mean over an empty dim of shape %s", name,
+                   gl_shape_str(b, sizeof b, a->ndim, a->shape));
+  }
+  if ((st = gl_empty(out, nd, shape))) return st;
+  float scale = mean ? 1.0f / (float)sp.n : 1.0f;
+  float *o = (*out)->data;
+  if (sp.inner == 1) {
+    for (size_t q = 0; q < sp.outer; q++) {
+      const float *x = a->data + q * sp.n;
+      double s = 0;
+      for (size_t j = 0; j < sp.n; j++) s += x[j];
+      o[q] = (float)(s * scale);
+    }
+  } else {
+    for (size_t q = 0; q < sp.outer; q++) {
+      float *oo = o + q * sp.inner;
+      memset(oo, 0, sp.inner * sizeof(float));
+      for (size_t j = 0; j < sp.n; j++) {
+        const float *x = a->data + (q * sp.n + j) * sp.inner;
+        for (size_t i = 0; i < sp.inner; i++) oo[i] += x[i];
+      }
+      for (size_t i = 0; i < sp.inner; i++) oo[i] *= scale;
+    }
+  }
+  gl_node *n = gl_record(&op_summean, 1, &a, 1, out);
+  if (n) {
+    n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+    n->floats[0] = scale;
+  }
+  return GL_OK;
+}
+
+int gl_sum(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
+  return sum_or_mean("sum", 0, out, a, dim, keepdim);
+}
+
+int gl_mean(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
+  return sum_or_mean("mean", 1, out, a, dim, keepdim);
+}
+
+/* ------------------------------------------------------------------------ */
+/* max / min: values[o, i] = a[o, idx, i] with idx the first extreme position
+ * backward: ga[o, idx[o,i], i] += g[o, i] */
+
+static int extreme_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *idx = n->saved[0]->data, *d = gout[0]->data;
+  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
+  (void)len;
+  for (size_t o = 0; o < outer; o++)
+    for (size_t i = 0; i < inner; i++) {
+      size_t j = (size_t)idx[o * inner + i];
+      g->data[(o * len + j) * inner + i] += d[o * inner + i];
+    }
+  return GL_OK;
+}
+
+static const gl_op op_extreme = {"max", extreme_backward};
+
+static int extreme(const char *name, int want_max, gl_tensor **values, gl_tensor **indices,
+                   gl_tensor *a, int dim, int keepdim) {
+  span3 sp;
+  int nd, shape[GL_MAX_DIMS];
+  int st = reduce_shape(name, a, dim, keepdim, &sp, &nd, shape);
+  if (st) return st;
+  if (sp.n == 0) {
+    char b[128];
+    return gl_fail(GL_EARG, "%s: reduction over an empty dim of shape %s", name,
+                   gl_shape_str(b, sizeof b, a->ndim, a->shape));
+  }
+  gl_tensor *idx;
+  if ((st = gl_empty(&idx, nd, shape))) return st;
+  if (values && (st = gl_empty(values, nd, shape))) { gl_release(idx); return st; }
+  for (size_t o = 0; o < sp.outer; o++)
+    for (size_t i = 0; i < sp.inner; i++) {
+      const float *x = a->data + o * sp.n * sp.inner + i;
+      size_t best = 0;
+      float bv = x[0];
+      for (size_t j = 1; j < sp.n; j++) {
+        float v = x[j * sp.inner];
+        if (isnan(bv)) break;                 /* NaN wins, like torch.max */
+        if (isnan(v) || (want_max ? v > bv : v < bv)) { bv = v; best = j; }
+      }
+      idx->data[o * sp.inner + i] = (float)best;
+      if (values) (*values)->data[o * sp.inner + i] = bv;
+    }
+  if (values) {
+    gl_node *n = gl_record(&op_extreme, 1, &a, 1, values);
+    if (n) {
+      n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+      gl_save(n, idx);
+    }
+  }
+  if (indices) *indices = idx;
+  else gl_release(idx);
+  return GL_OK;
+}
+
+int gl_max(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int keepdim) {
+  return extreme("max", 1, values, indices, a, dim, keepdim);
+}
+
+int gl_min(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int keepdim) {
+  return extreme("min", 0, values, indices, a, dim, keepdim);
+}
+
+int gl_argmax(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
+  return extreme("argmax", 1, NULL, out, a, dim, keepdim);
+}
+
+/* ------------------------------------------------------------------------ */
+/* logsumexp: y[o, i] = m + log sum_j exp(a[o, j, i] - m), m the max
+ * backward: ga[o, j, i] += g[o, i] * exp(a[o, j, i] - y[o, i]) */
+
+static int lse_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
+  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
+  for (size_t o = 0; o < outer; o++)
+    for (size_t j = 0; j < len; j++)
+      for (size_t i = 0; i < inner; i++) {
+        size_t k = (o * len + j) * inner + i;
+        g->data[k] += d[o * inner + i] * expf(x[k] - y[o * inner + i]);
+      }
+  return GL_OK;
+}
+
+static const gl_op op_lse = {"logsumexp", lse_backward};
+
+int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
+  span3 sp;
+  int nd, shape[GL_MAX_DIMS];
+  int st = reduce_shape("logsumexp", a, dim, keepdim, &sp, &nd, shape);
+  if (st) return st;
+  if ((st = gl_empty(out, nd, shape))) return st;
+  for (size_t o = 0; o < sp.outer; o++)
+    for (size_t i = 0; i < sp.inner; i++) {
+      const float *x = a->data + o * sp.n * sp.inner + i;
+      float m = -INFINITY;
+      for (size_t j = 0; j < sp.n; j++) if (x[j * sp.inner] > m) m = x[j * sp.inner];
+      double s = 0;
+      if (isfinite(m)) for (size_t j = 0; j < sp.n; j++) s += exp((double)x[j * sp.inner] - m);
+      (*out)->data[o * sp.inner + i] = isfinite(m) ? m + (float)log(s) : m;
+    }
+  gl_node *n = gl_record(&op_lse, 1, &a, 1, out);
+  if (n) {
+    n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+    gl_tensor *al = gl_alias(*out);
+    gl_save(n, al);
+    gl_release(al);
+  }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* variance: v[o, i] = sum_j (a - mean)^2 / (n - unbiased)
+ * backward: ga += g * 2 (a - mean) / (n - unbiased) */
+
+static int var_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const float *x = n->in[0]->data, *mu = n->saved[0]->data, *d = gout[0]->data;
+  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
+  float denom = n->floats[0];
+  for (size_t o = 0; o < outer; o++)
+    for (size_t j = 0; j < len; j++)
+      for (size_t i = 0; i < inner; i++) {
+        size_t k = (o * len + j) * inner + i;
+        g->data[k] += d[o * inner + i] * 2.0f * (x[k] - mu[o * inner + i]) / denom;
+      }
+  return GL_OK;
+}
+
+static const gl_op op_var = {"var", var_backward};
+
+int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased) {
+  span3 sp;
+  int nd, shape[GL_MAX_DIMS];
+  int st = reduce_shape("var", a, dim, keepdim, &sp, &nd, shape);
+  if (st) return st;
+  float denom = (float)sp.n - (unbiased ? 1.0f : 0.0f);
+  if (denom <= 0) return gl_fail(GL_EARG, "var: %zu elements are too few", sp.n);
+  gl_tensor *mu;
+  if ((st = gl_empty(&mu, nd, shape))) return st;
+  if ((st = gl_empty(out, nd, shape))) { gl_release(mu); return st; }
+  for (size_t o = 0; o < sp.outer; o++)
+    for (size_t i = 0; i < sp.inner; i++) {
+      const float *x = a->data + o * sp.n * sp.inner + i;
+      double s = 0, s2 = 0;
+      for (size_t j = 0; j < sp.n; j++) s += x[j * sp.inner];
+      double m = s / (double)sp.n;
+      for (size_t j = 0; j < sp.n; j++) { double e = x[j * sp.inner] - m; s2 += e * e; }
+      mu->data[o * sp.inner + i] = (float)m;
+      (*out)->data[o * sp.inner + i] = (float)(s2 / denom);
+    }
+  gl_node *n = gl_record(&op_var, 1, &a, 1, out);
+  if (n) {
+    n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+    n->floats[0] = denom;
+    gl_save(n, mu);
+  }
+  gl_release(mu);
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* norm: y = sqrt(sum a^2)
+ * backward: ga += g * a / y */
+
+static int norm_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  float y = n->floats[0], d = gout[0]->data[0];
+  if (y == 0) return GL_OK;
+  const float *x = n->in[0]->data;
+  for (size_t i = 0; i < g->numel; i++) g->data[i] += d * x[i] / y;
+  return GL_OK;
+}
+
+static const gl_op op_norm = {"norm", norm_backward};
+
+int gl_norm(gl_tensor **out, gl_tensor *a) {
+  double s = 0;
+  for (size_t i = 0; i < a->numel; i++) s += (double)a->data[i] * a->data[i];
+  float y = (float)sqrt(s);
+  int st = gl_from_data(out, 0, NULL, &y);
+  if (st) return st;
+  gl_node *n = gl_record(&op_norm, 1, &a, 1, out);
+  if (n) n->floats[0] = y;
+  return GL_OK;
+}
