@@ -242,18 +242,18 @@ static int m_min(lua_State *L) { return extreme(L, "min", 0); }
 
 static int m_argmax(lua_State *L) {
   gl_tensor *a = lg_check(L, 1);
-  int dim = lg_optdim(L, 2, a->ndim, -1);
+  int dim = lg_optdim(L, 2, a->ndim, -1), keep = lua_toboolean(L, 3);
   gl_tensor **box = lg_newbox(L);
-  LG_TRY(L, "argmax", gl_argmax(box, a, dim, lua_toboolean(L, 3)));
+  LG_TRY(L, "argmax", gl_argmax(box, a, dim, keep));
   indices_to_lua(*box);
   return 1;
 }
 
 static int m_argmin(lua_State *L) {
   gl_tensor *a = lg_check(L, 1);
-  int dim = lg_optdim(L, 2, a->ndim, -1);
+  int dim = lg_optdim(L, 2, a->ndim, -1), keep = lua_toboolean(L, 3);
   gl_tensor **idx = lg_newbox(L);
-  LG_TRY(L, "argmin", gl_min(NULL, idx, a, dim, lua_toboolean(L, 3)));
+  LG_TRY(L, "argmin", gl_min(NULL, idx, a, dim, keep));
   indices_to_lua(*idx);
   return 1;
 }

@@ -191,8 +191,15 @@ int gl_backward(gl_tensor *root, gl_tensor *seed, int retain) {
                               "backward (pass retain_graph=true to run it twice)");
   node_vec order = {0};
   if (topo_sort(rn, &order)) { free(order.v); return gl_fail(GL_ENOMEM, "backward: out of memory"); }
+  /* pin every node for the sweep: dropping a node's inputs may free the tensors (and so
+   * the nodes) upstream before their turn comes */
+  for (size_t k = 0; k < order.n; k++) order.v[k]->refs++;
   gl_tensor **slot = &rn->gout[root->out_index];
-  if (!*slot && gl_zeros(slot, root->ndim, root->shape)) { free(order.v); return GL_ENOMEM; }
+  if (!*slot && gl_zeros(slot, root->ndim, root->shape)) {
+    for (size_t k = 0; k < order.n; k++) gl_node_release(order.v[k]);
+    free(order.v);
+    return GL_ENOMEM;
+  }
   for (size_t i = 0; i < root->numel; i++) (*slot)->data[i] += seed ? seed->data[i] : 1.0f;
 
   int prev = gl_set_grad_enabled(0);
@@ -216,6 +223,7 @@ int gl_backward(gl_tensor *root, gl_tensor *seed, int retain) {
   }
   if (st && !retain)
     for (size_t k = 0; k < order.n; k++) node_drop_graph(order.v[k]);
+  for (size_t k = 0; k < order.n; k++) gl_node_release(order.v[k]);
   gl_set_grad_enabled(prev);
   free(order.v);
   return st;

@@ -9,6 +9,12 @@
 -- such tables (several suites, keyed by name).  The last line printed is
 -- "N passed, N failed"; the exit code is non-zero when anything failed.
 
+-- LuaUnit reads the global arg when it is loaded: a suite run gets none of the runner's flags
+local one_file
+if arg[1] == "--one" then
+  one_file = arg[2]
+  arg = {[0] = arg[0], [-1] = arg[-1]}
+end
 local lu = require "luaunit"
 
 local function run_one(file)
@@ -34,7 +40,6 @@ local function run_one(file)
     for _, k in ipairs(names) do instances[#instances + 1] = {k, suites[k]} end
   end
   local runner = lu.LuaUnit.new()
-  runner:setOutputType("text")
   runner:runSuiteByInstances(instances)
   local r = runner.result
   local failed = r.failureCount + r.errorCount
@@ -42,8 +47,8 @@ local function run_one(file)
   return failed
 end
 
-if arg[1] == "--one" then
-  local failed = run_one(arg[2])
+if one_file then
+  local failed = run_one(one_file)
   os.exit(failed == 0 and 0 or 1)
 end
 
