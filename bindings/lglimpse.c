@@ -113,15 +113,23 @@ int lg_checkshape(lua_State *L, int i, int *shape) {
   return ndim;
 }
 
-/* Tensor bytes live in C where Lua's collector cannot see them.  When the engine holds far
- * more than it did after the last full collection, collect: dead tensors' bytes go back to
- * the cache and a training loop keeps a flat resident size. */
-static size_t gc_baseline;
+/* Tensor bytes live in C where Lua's collector cannot see them: a handle is a few bytes
+ * to Lua however large its tensor.  So the collector is driven by tensor allocation: every
+ * GC_STEP_BYTES handed out by the engine count as that much Lua allocation (an incremental
+ * step of that size), and a full collection runs if the engine ever holds far more than it
+ * did after the previous one.  Dead tensors' bytes go back to the cache promptly and a
+ * training loop keeps a flat resident size. */
+#define GC_STEP_BYTES ((size_t)1 << 20)
+static size_t gc_baseline, gc_handed;
 
 void lg_account(lua_State *L) {
+  size_t handed = gl_bytes_handed_out();
+  if (handed - gc_handed >= GC_STEP_BYTES) {
+    lua_gc(L, LUA_GCSTEP, (int)((handed - gc_handed) >> 10));
+    gc_handed = handed;
+  }
   size_t live = gl_bytes_live();
-  size_t limit = 2 * gc_baseline + ((size_t)64 << 20);
-  if (live > limit) {
+  if (live > 2 * gc_baseline + ((size_t)256 << 20)) {
     lua_gc(L, LUA_GCCOLLECT);
     gc_baseline = gl_bytes_live();
   }
@@ -184,6 +192,7 @@ gl_tensor *lg_to_tensor(lua_State *L, int i) {
     lua_pop(L, 1);
     return t;
   }
+  if (luaL_testudata(L, i, LG_TENSOR)) luaL_argerror(L, i, "tensor was closed");
   if (!lua_istable(L, i))
     luaL_argerror(L, i, lua_pushfstring(L, "tensor, number or table expected, got %s",
                                         luaL_typename(L, i)));
@@ -770,6 +779,7 @@ int luaopen_glimpse(lua_State *L) {
   lg_open_nn(L, mod, mi);
   lg_open_attention(L, mod, mi);
   lg_open_data(L, mod, mi);
+  lg_open_optim(L, mod, mi);
 
   lua_pushvalue(L, mi);
   lua_setfield(L, mt, "__methods");          /* for the REPL's completion */

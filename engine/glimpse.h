@@ -95,6 +95,8 @@ int gl_check_shape(const char *op, int ndim, const int *shape, size_t *numel);
 /* Caching allocator: bytes held by live tensors, bytes parked in the cache. */
 size_t gl_bytes_live(void);
 size_t gl_bytes_cached(void);
+/* Bytes handed out since start (never decreases): how fast tensors are being made. */
+size_t gl_bytes_handed_out(void);
 void gl_empty_cache(void);
 /* Raw aligned scratch memory through the same cache (for kernels' workspaces). */
 float *gl_scratch_alloc(size_t nfloats);
@@ -374,5 +376,84 @@ size_t gl_st_meta_count(const gl_st_file *f);
 const char *gl_st_meta_key(const gl_st_file *f, size_t i);
 const char *gl_st_meta_value(const gl_st_file *f, size_t i);
 const char *gl_st_find_meta(const gl_st_file *f, const char *key); /* NULL if absent */
+
+/* ------------------------------------------------------------------------ */
+/* convolution and pooling (ops_conv.c), normalisation (ops_norm.c) */
+
+/* x (B,C,H,W), w (O,C,kh,kw), bias (O) or NULL -> (B,O,Ho,Wo),
+ * Ho = (H + 2*ph - kh) / sh + 1, Wo likewise; zero padding */
+int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh, int sw,
+              int ph, int pw);
+/* the same op as direct loops (forward and backward): the test oracle for gl_conv2d */
+int gl_conv2d_naive(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh,
+                    int sw, int ph, int pw);
+/* x (B,C,H,W) -> (B,C,Ho,Wo) over kh x kw windows; padding at most half the kernel.
+ * max: padding never wins, ties take the first; avg: padding counts in the divisor */
+int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
+                  int pw);
+int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
+                  int pw);
+/* x (...,D) normalised over the last dim; w, b (D) or NULL */
+int gl_layer_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b, float eps);
+/* x (B,C,...) normalised per channel; w, b, running_mean, running_var (C) or NULL.
+ * training: batch statistics, running stats updated in place (unbiased variance);
+ * otherwise the running stats (batch statistics when there are none) */
+int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
+                  gl_tensor *running_mean, gl_tensor *running_var, int training,
+                  float momentum, float eps);
+
+/* ------------------------------------------------------------------------ */
+/* optimizers (optim.c): fused in-place updates of one parameter per call, PyTorch 1.13
+ * semantics.  g is the gradient (same shape as p); buffers have p's shape; `step` counts
+ * from 1 and includes this update.  Optional buffers are NULL when the option is off. */
+
+/* buf: NULL when momentum == 0; first: this step creates buf (buf = d, no dampening) */
+int gl_sgd_update(gl_tensor *p, const gl_tensor *g, gl_tensor *buf, int first, double lr,
+                  double momentum, double dampening, double weight_decay, int nesterov,
+                  int maximize);
+/* decoupled = 1: AdamW (p *= 1 - lr*wd); max_exp_avg_sq non-NULL: amsgrad */
+int gl_adam_update(gl_tensor *p, const gl_tensor *g, gl_tensor *exp_avg, gl_tensor *exp_avg_sq,
+                   gl_tensor *max_exp_avg_sq, int64_t step, double lr, double beta1,
+                   double beta2, double eps, double weight_decay, int decoupled, int maximize);
+/* grad_avg: non-NULL when centered; buf: needed when momentum > 0 */
+int gl_rmsprop_update(gl_tensor *p, const gl_tensor *g, gl_tensor *square_avg,
+                      gl_tensor *grad_avg, gl_tensor *buf, double lr, double alpha, double eps,
+                      double weight_decay, double momentum, int maximize);
+int gl_adadelta_update(gl_tensor *p, const gl_tensor *g, gl_tensor *square_avg,
+                       gl_tensor *acc_delta, double lr, double rho, double eps,
+                       double weight_decay, int maximize);
+int gl_adagrad_update(gl_tensor *p, const gl_tensor *g, gl_tensor *sum, int64_t step, double lr,
+                      double lr_decay, double eps, double weight_decay, int maximize);
+/* joint norm of n tensors (NULL entries skipped); norm_type > 0 or INFINITY */
+int gl_grads_norm(double *out, int n, gl_tensor *const *ts, double norm_type);
+/* g *= min(1, max_norm / (norm + 1e-6)); *total = the norm before clipping */
+int gl_clip_grad_norm(double *total, int n, gl_tensor *const *grads, double max_norm,
+                      double norm_type);
+int gl_clip_grad_value(int n, gl_tensor *const *grads, double clip);
+
+/* ------------------------------------------------------------------------ */
+/* recurrent cells (ops_rnn.c): fused steps with PyTorch's equations and gate layouts.
+ * xp is the input projection x W_ih^T + b_ih, computed by the caller (one gl_linear for a
+ * whole sequence): (B,G) for a cell, (B,T,G) for a sequence, G = 4H (LSTM rows i,f,g,o),
+ * 3H (GRU rows r,z,n), H (RNN).  w_hh (G,H); b_hh (G) or NULL; h, c (B,H) or NULL (zeros).
+ * mask: NULL, or 0/1 floats (B) for a cell / (B,T) for a sequence: rows with 0 keep their
+ * state (h and c copied through, gradients passed through) and get output 0.
+ * A cell records one node with outputs h' (and c').  A sequence runs all T steps of one
+ * layer and direction as one node: y (B,T,H) (0 where masked), h_n, c_n (B,H), the state
+ * after each row's last active step; reverse runs t = T..1. */
+int gl_lstm_cell(gl_tensor **h_out, gl_tensor **c_out, gl_tensor *xp, gl_tensor *h,
+                 gl_tensor *c, gl_tensor *w_hh, gl_tensor *b_hh, gl_tensor *mask);
+int gl_gru_cell(gl_tensor **h_out, gl_tensor *xp, gl_tensor *h, gl_tensor *w_hh,
+                gl_tensor *b_hh, gl_tensor *mask);
+/* relu != 0: h' = relu(...) instead of tanh(...) */
+int gl_rnn_cell(gl_tensor **h_out, gl_tensor *xp, gl_tensor *h, gl_tensor *w_hh,
+                gl_tensor *b_hh, gl_tensor *mask, int relu);
+int gl_lstm_seq(gl_tensor **y, gl_tensor **h_n, gl_tensor **c_n, gl_tensor *xp,
+                gl_tensor *h0, gl_tensor *c0, gl_tensor *w_hh, gl_tensor *b_hh,
+                gl_tensor *mask, int reverse);
+int gl_gru_seq(gl_tensor **y, gl_tensor **h_n, gl_tensor *xp, gl_tensor *h0, gl_tensor *w_hh,
+               gl_tensor *b_hh, gl_tensor *mask, int reverse);
+int gl_rnn_seq(gl_tensor **y, gl_tensor **h_n, gl_tensor *xp, gl_tensor *h0, gl_tensor *w_hh,
+               gl_tensor *b_hh, gl_tensor *mask, int reverse, int relu);
 
 #endif

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 /* stb is written for many compilers and is not -Wextra clean; its warnings are not ours. */
 #if defined(__GNUC__)
@@ -128,9 +129,39 @@ static const char *stb_reason(void) {
   return r ? r : "unknown error";
 }
 
-int gl_image_info(const char *path, int *w, int *h, int *comp) {
+/* Open an image file for reading, or fail with "<op>: <path>: <reason>" (a directory and an
+ * empty file are named as such rather than left to the decoder's "unknown image type"). */
+static FILE *open_image(const char *op, const char *path, int *st) {
   FILE *f = fopen(path, "rb");
-  if (!f) return gl_fail(GL_EIO, "image.info: %s: %s", path, strerror(errno));
+  struct stat sb;
+  *st = GL_OK;
+  if (!f) {
+    *st = gl_fail(GL_EIO, "%s: %s: %s", op, path, strerror(errno));
+  } else if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    *st = gl_fail(GL_EIO, "%s: %s: is a directory", op, path);
+  } else if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) {
+    *st = gl_fail(GL_EFORMAT, "%s: %s: empty file", op, path);
+  }
+  if (*st && f) {
+    fclose(f);
+    f = NULL;
+  }
+  return f;
+}
+
+/* stb's terse reasons, in words where they are common */
+static const char *decode_reason(void) {
+  const char *r = stb_reason();
+  if (!strcmp(r, "outofdata") || !strcmp(r, "bad zlib header") || !strcmp(r, "no IDAT") ||
+      !strcmp(r, "unexpected end"))
+    return "file is truncated or damaged";
+  return "corrupt or unsupported image";
+}
+
+int gl_image_info(const char *path, int *w, int *h, int *comp) {
+  int st;
+  FILE *f = open_image("image.info", path, &st);
+  if (!f) return st;
   int ok = stbi_info_from_file(f, w, h, comp);
   fclose(f);
   if (!ok)
@@ -144,8 +175,9 @@ int gl_image_load(gl_tensor **out, const char *path, int channels, size_t cap) {
   if (channels != 0 && channels != 1 && channels != 3 && channels != 4)
     return gl_fail(GL_EARG, "image.load: %s: channels must be 1, 3 or 4, got %d", path, channels);
   if (cap == 0) cap = max_pixels;
-  FILE *f = fopen(path, "rb");
-  if (!f) return gl_fail(GL_EIO, "image.load: %s: %s", path, strerror(errno));
+  int st;
+  FILE *f = open_image("image.load", path, &st);
+  if (!f) return st;
   int w, h, comp;
   if (!stbi_info_from_file(f, &w, &h, &comp)) {
     fclose(f);
@@ -171,15 +203,14 @@ int gl_image_load(gl_tensor **out, const char *path, int channels, size_t cap) {
                   : (void *)stbi_load_from_file(f, &w2, &h2, &c2, want);
   fclose(f);
   if (!px)
-    return gl_fail(GL_EFORMAT, "image.load: %s: corrupt or unsupported image (%s)", path,
-                   stb_reason());
+    return gl_fail(GL_EFORMAT, "image.load: %s: %s (%s)", path, decode_reason(), stb_reason());
   if (w2 != w || h2 != h) {
     stbi_image_free(px);
     return gl_fail(GL_EFORMAT, "image.load: %s: header says %dx%d, decoder gave %dx%d", path,
                    w, h, w2, h2);
   }
   int shape[3] = {want, h, w};
-  int st = gl_empty(out, 3, shape);
+  st = gl_empty(out, 3, shape);
   if (st) {
     stbi_image_free(px);
     return st;

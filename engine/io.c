@@ -885,8 +885,8 @@ static int cmp_info_begin(const void *a, const void *b) {
 /* Unique names, sizes that match the shapes, offsets inside the data, no overlaps. */
 static int check_infos(jparser *p, uint64_t data_size) {
   char sb[128];
-  qsort(p->infos, p->ninfo, sizeof *p->infos, cmp_info_name);
-  qsort(p->metas, p->nmeta, sizeof *p->metas, cmp_meta_key);
+  if (p->ninfo > 1) qsort(p->infos, p->ninfo, sizeof *p->infos, cmp_info_name);
+  if (p->nmeta > 1) qsort(p->metas, p->nmeta, sizeof *p->metas, cmp_meta_key);
   for (size_t i = 1; i < p->ninfo; i++)
     if (strcmp(p->infos[i - 1].name, p->infos[i].name) == 0)
       return jfail(p, "duplicate tensor name '%.*s'", ST_NAME_SHOWN, p->infos[i].name);

@@ -159,7 +159,9 @@ static int extreme(const char *name, int want_max, gl_tensor **values, gl_tensor
     gl_node *n = gl_record(&op_extreme, 1, &a, 1, values);
     if (n) {
       n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
-      gl_save(n, idx);
+      /* a private copy: the caller owns (and may rewrite) the returned indices */
+      gl_tensor *keep;
+      if (gl_clone(&keep, idx) == GL_OK) { gl_save(n, keep); gl_release(keep); }
     }
   }
   if (indices) *indices = idx;

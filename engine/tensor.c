@@ -51,7 +51,7 @@ char *gl_shape_str(char *buf, size_t n, int ndim, const int *shape) {
 #define CACHE_LIMIT ((size_t)1 << 30)
 
 static void *freelist[NCLASSES];
-static size_t bytes_live, bytes_cached;
+static size_t bytes_live, bytes_cached, bytes_handed_out;
 
 static int size_class(size_t n, size_t *cap) {
   if (n <= 16) { *cap = 16; return 0; }
@@ -69,6 +69,7 @@ static float *raw_alloc(size_t n, size_t *cap) {
     freelist[c] = *(void **)p;
     bytes_cached -= *cap * sizeof(float);
     bytes_live += *cap * sizeof(float);
+    bytes_handed_out += *cap * sizeof(float);
     return p;
   }
   void *p = NULL;
@@ -78,6 +79,7 @@ static float *raw_alloc(size_t n, size_t *cap) {
     if (posix_memalign(&p, 64, *cap * sizeof(float)) != 0) return NULL;
   }
   bytes_live += *cap * sizeof(float);
+  bytes_handed_out += *cap * sizeof(float);
   return p;
 }
 
@@ -96,6 +98,7 @@ static void raw_free(float *p, size_t cap) {
 
 size_t gl_bytes_live(void) { return bytes_live; }
 size_t gl_bytes_cached(void) { return bytes_cached; }
+size_t gl_bytes_handed_out(void) { return bytes_handed_out; }
 
 void gl_empty_cache(void) {
   for (int c = 0; c < NCLASSES; c++) {

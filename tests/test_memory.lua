@@ -1,0 +1,56 @@
+-- tests/test_memory.lua -- the caching allocator and the GC accounting keep a training loop's
+-- resident size flat, and the allocator reuses blocks instead of growing.
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+
+local T = {}
+
+local RSS_GROWTH_LIMIT_KB = 8 * 1024   -- between iteration 1,000 and 10,000
+
+local function rss_kb()
+  local f = io.open("/proc/self/status")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match("VmRSS:%s*(%d+)"))
+end
+
+function T.test_training_loop_keeps_a_flat_resident_size()
+  glimpse.manual_seed(0)
+  local w1 = (glimpse.randn(32, 64) * 0.1):requires_grad()
+  local w2 = (glimpse.randn(64, 10) * 0.1):requires_grad()
+  local x = glimpse.randn(16, 32)
+  local y = glimpse.tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6})
+  local at_1000
+  for it = 1, 10000 do
+    local h = x:matmul(w1):tanh()
+    local loss = glimpse.cross_entropy(h:matmul(w2), y)
+    loss:backward()
+    glimpse.no_grad(function()
+      w1:add_(w1.grad, -0.01)
+      w2:add_(w2.grad, -0.01)
+    end)
+    w1:zero_grad()
+    w2:zero_grad()
+    if it == 1000 then at_1000 = rss_kb() end
+  end
+  local at_10000 = rss_kb()
+  if not at_1000 then lu.skip("no /proc/self/status") end
+  lu.assertTrue(at_10000 - at_1000 < RSS_GROWTH_LIMIT_KB,
+                string.format("RSS grew from %d kB to %d kB", at_1000, at_10000))
+end
+
+function T.test_freed_blocks_are_reused_by_the_cache()
+  glimpse.empty_cache()
+  collectgarbage()
+  local before = glimpse.memory()
+  for _ = 1, 100 do
+    local t = glimpse.zeros(1000)
+    t:close()
+  end
+  local after = glimpse.memory()
+  lu.assertEquals(after.live, before.live)
+  lu.assertTrue(after.cached <= before.cached + 4096 * 2)
+end
+
+return T
