@@ -779,6 +779,7 @@ int luaopen_glimpse(lua_State *L) {
   lg_open_nn(L, mod, mi);
   lg_open_attention(L, mod, mi);
   lg_open_data(L, mod, mi);
+  lg_open_rnn(L, mod, mi);
   lg_open_optim(L, mod, mi);
 
   lua_pushvalue(L, mi);

@@ -53,5 +53,7 @@ void lg_open_image(lua_State *L, int module_idx, int methods_idx);    /* l_image
 void lg_open_nn(lua_State *L, int module_idx, int methods_idx);       /* l_nn.c */
 void lg_open_attention(lua_State *L, int module_idx, int methods_idx);/* l_attention.c */
 void lg_open_data(lua_State *L, int module_idx, int methods_idx);     /* l_data.c */
+void lg_open_rnn(lua_State *L, int module_idx, int methods_idx);      /* l_rnn.c */
+void lg_open_optim(lua_State *L, int module_idx, int methods_idx);    /* l_optim.c */
 
 #endif

@@ -1,35 +1,858 @@
-/* main.c -- the `glimpse` executable (minimal runner; the REPL comes next). */
+/* main.c -- the `glimpse` executable: the REPL and the script runner.
+ *
+ * Modelled on Lua's own lua.c (the same options, the same `arg` table, errors reported with a
+ * traceback, Ctrl-C turned into a Lua error by a debug hook) and on Torch7's `th` (the tensor
+ * library preloaded as the global `glimpse`, results printed, tab completion of fields).
+ *
+ *   glimpse                      REPL (or, when stdin is not a terminal, run stdin as a script)
+ *   glimpse script.lua a b       run a script: arg[0] = script, arg[1..] = a b, arg[-1] = exe
+ *   glimpse -e 'code' -i -l mod -v -h -   (see usage() below)
+ *
+ * The REPL reads with GNU readline through its callback interface, so that Ctrl-C at the
+ * prompt drops the line being typed instead of ending the session (the way Python does it).
+ * History lives in ~/.glimpse_history (or $GLIMPSE_HISTORY; empty disables it), appended after
+ * every entry so a crash or os.exit() loses nothing, and cut to about HISTORY_MAX entries.
+ *
+ * Completion (complete_path) is plain C over the Lua state and is also exposed to Lua as the
+ * hidden global _glimpse_complete(text) so the tests can check it without a terminal.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
+
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
-#include <stdio.h>
 
 int luaopen_glimpse(lua_State *L);
 
-int main(int argc, char **argv) {
-  lua_State *L = luaL_newstate();
-  luaL_openlibs(L);
+#define PROMPT1 "> "
+#define PROMPT2 ">> "
+#define HISTORY_MAX 1000   /* entries kept in the history */
+#define HISTORY_FILE_LINES (2 * HISTORY_MAX)   /* a time line and (mostly) one text line each */
+#define CHUNK_STDIN "=stdin"
+#define EOFMARK "<eof>"    /* the end of a syntax error that only wants more input */
+#define CHAIN_DEPTH 8      /* how far completion follows __index tables */
+
+static const char *progname = "glimpse";
+static lua_State *globalL;          /* for the signal handler and readline's callbacks */
+static const char *hist_path;       /* NULL: no history file */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: %s [options] [script [args]]\n"
+          "Available options are:\n"
+          "  -e stat   execute string 'stat'\n"
+          "  -i        enter interactive mode after executing 'script'\n"
+          "  -l mod    require library 'mod' into global 'mod'\n"
+          "  -v        show version information\n"
+          "  -h        show this help\n"
+          "  --        stop handling options\n"
+          "  -         stop handling options and execute stdin\n"
+          "With no script and a terminal on stdin, start the REPL; otherwise run stdin.\n"
+          "The global 'glimpse' is preloaded.  REPL history: $GLIMPSE_HISTORY or "
+          "~/.glimpse_history.\n",
+          progname);
+}
+
+static void message(const char *pname, const char *msg) {
+  if (pname) fprintf(stderr, "%s: ", pname);
+  fprintf(stderr, "%s\n", msg);
+  fflush(stderr);
+}
+
+/* Print the error on top of the stack (if any) and pop it. */
+static int report(lua_State *L, int status) {
+  if (status != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    message(progname, msg ? msg : "(error object is not a string)");
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* running code: a traceback on error, Ctrl-C becomes the error "interrupted!" */
+
+/* Set from the signal handler; Lua checks hooks at calls, returns, lines and every
+ * instruction, so the running code stops at the next one (lua.c's lstop/laction). */
+static void stop_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void on_sigint_running(int sig) {
+  int mask = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
+  signal(sig, SIG_DFL);   /* a second Ctrl-C ends the process (stuck in a long C call) */
+  lua_sethook(globalL, stop_hook, mask, 1);
+}
+
+static void set_sigint(void (*handler)(int), struct sigaction *old) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;   /* no SA_RESTART: select() at the prompt must see EINTR */
+  sigaction(SIGINT, &sa, old);
+}
+
+static int msghandler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* Call the function below its narg arguments, with the traceback handler and Ctrl-C armed. */
+static int docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg;
+  struct sigaction old;
+  lua_pushcfunction(L, msghandler);
+  lua_insert(L, base);
+  globalL = L;
+  set_sigint(on_sigint_running, &old);
+  int status = lua_pcall(L, narg, nres, base);
+  sigaction(SIGINT, &old, NULL);
+  /* a Ctrl-C that came after the call ended must not stop the next one */
+  if (lua_gethook(L) == stop_hook) lua_sethook(L, NULL, 0, 0);
+  lua_remove(L, base);
+  return status;
+}
+
+static int dochunk(lua_State *L, int status) {
+  if (status == LUA_OK) status = docall(L, 0, 0);
+  return report(L, status);
+}
+
+static int dostring(lua_State *L, const char *s, const char *name) {
+  return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+}
+
+/* -l mod: global mod = require "mod" */
+static int dolibrary(lua_State *L, const char *name) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, name);
+  int status = docall(L, 1, 1);
+  if (status == LUA_OK) lua_setglobal(L, name);
+  return report(L, status);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the banner: version, Lua, BLAS core and threads */
+
+static void print_version(lua_State *L) {
+  int top = lua_gettop(L);
+  const char *ver = "?", *core = NULL;
+  lua_Integer threads = 0;
+  lua_getglobal(L, "glimpse");
+  if (lua_istable(L, -1)) {
+    if (lua_getfield(L, -1, "version") == LUA_TSTRING) ver = lua_tostring(L, -1);
+    lua_getfield(L, top + 1, "blas_info");
+    if (lua_pcall(L, 0, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+      int info = lua_gettop(L);
+      if (lua_getfield(L, info, "core") == LUA_TSTRING) core = lua_tostring(L, -1);
+      if (lua_getfield(L, info, "threads") == LUA_TNUMBER) threads = lua_tointeger(L, -1);
+    }
+  }
+  printf("glimpse %s (%s)", ver, LUA_RELEASE);
+  if (core) printf(" -- OpenBLAS %s, %d thread%s", core, (int)threads, threads == 1 ? "" : "s");
+  printf("\n");
+  fflush(stdout);
+  lua_settop(L, top);
+}
+
+/* ------------------------------------------------------------------------ */
+/* completion: "glimpse.nn.Li" -> {"glimpse.nn.Linear"}, "x:su" -> {"x:sum"} */
+
+static const char *const keywords[] = {
+    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if",
+    "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
+    NULL};
+
+static int is_keyword(const char *s, size_t n) {
+  for (int i = 0; keywords[i]; i++)
+    if (strlen(keywords[i]) == n && memcmp(keywords[i], s, n) == 0) return 1;
+  return 0;
+}
+
+/* a name usable after '.' or ':' */
+static int is_name(const char *s, size_t n) {
+  if (n == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_')) return 0;
+  for (size_t i = 1; i < n; i++)
+    if (!(isalnum((unsigned char)s[i]) || s[i] == '_')) return 0;
+  return !is_keyword(s, n);
+}
+
+static int is_callable(lua_State *L, int i) {
+  if (lua_type(L, i) == LUA_TFUNCTION) return 1;
+  int callable = luaL_getmetafield(L, i, "__call") != LUA_TNIL;
+  if (callable) lua_pop(L, 1);
+  return callable;
+}
+
+/* a key that completes word: a name starting with it; "__x" only when word starts with "_" */
+static int wanted(const char *k, size_t kl, const char *word, size_t wl) {
+  if (kl < wl || memcmp(k, word, wl) != 0 || !is_name(k, kl)) return 0;
+  return word[0] == '_' || k[0] != '_' || k[1] != '_';
+}
+
+/* Add to the set at `set` (name -> value) the names of the value at v that start with
+ * word: its own string keys when it is a table, then the keys of the tables its metatable
+ * names as __methods (tensors), __index (classes, strings; followed down the chain) and
+ * __complete (names an __index function would answer, such as lazily loaded modules). */
+static void add_fields(lua_State *L, int v, int set, const char *word, size_t wl,
+                       int only_callable, int depth) {
+  if (depth > CHAIN_DEPTH) return;
+  v = lua_absindex(L, v);
+  luaL_checkstack(L, 8, "completion");
+  if (lua_type(L, v) == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, v)) {
+      size_t kl;
+      const char *k;
+      if (lua_type(L, -2) == LUA_TSTRING && (k = lua_tolstring(L, -2, &kl)) &&
+          wanted(k, kl, word, wl) && (!only_callable || is_callable(L, -1))) {
+        lua_pushvalue(L, -2);
+        if (lua_rawget(L, set) == LUA_TNIL) {   /* the nearest definition wins */
+          lua_pushvalue(L, -3);
+          lua_pushvalue(L, -3);
+          lua_rawset(L, set);
+        }
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+    }
+  }
+  if (lua_getmetatable(L, v)) {
+    int mt = lua_gettop(L);
+    static const char *const chain[] = {"__methods", "__index", "__complete", NULL};
+    for (int i = 0; chain[i]; i++) {
+      lua_pushstring(L, chain[i]);
+      if (lua_rawget(L, mt) == LUA_TTABLE && !lua_rawequal(L, -1, v))
+        add_fields(L, -1, set, word, wl, only_callable, depth + 1);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Push the value of a dotted path of names ("glimpse.nn") looked up from the globals the
+ * way Lua would (so lazy sub-modules load); nil when the path is not a plain name path. */
+static void resolve(lua_State *L, const char *path, size_t n) {
+  lua_pushglobaltable(L);
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i;
+    while (j < n && path[j] != '.') j++;
+    if (!is_name(path + i, j - i) || lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+      return;
+    }
+    lua_pushlstring(L, path + i, j - i);
+    lua_gettable(L, -2);   /* may run __index; the caller runs us protected */
+    lua_remove(L, -2);
+    i = j + 1;
+  }
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* complete_path(text) -> sorted table of full candidates.  Run it protected. */
+static int complete_path(lua_State *L) {
+  size_t n;
+  const char *text = luaL_checklstring(L, 1, &n);
+  size_t cut = n;   /* index of the last '.' or ':' */
+  while (cut > 0 && text[cut - 1] != '.' && text[cut - 1] != ':') cut--;
+  const char *word = text + cut;
+  size_t wl = n - cut;
+  int colon = cut > 0 && text[cut - 1] == ':';
+  lua_newtable(L);
+  int set = lua_gettop(L);
+  if (cut == 0) {
+    lua_pushglobaltable(L);
+    add_fields(L, -1, set, word, wl, 0, 0);
+    lua_pop(L, 1);
+    for (int i = 0; keywords[i]; i++)
+      if (strncmp(keywords[i], word, wl) == 0) {
+        lua_pushboolean(L, 1);
+        lua_setfield(L, set, keywords[i]);
+      }
+  } else {
+    /* the head before the last separator is a path of names joined by '.' */
+    if (memchr(text, ':', cut - 1) == NULL) {
+      resolve(L, text, cut - 1);
+      if (!lua_isnil(L, -1)) add_fields(L, -1, set, word, wl, colon, 0);
+      lua_pop(L, 1);
+    }
+  }
+  /* sort the names, then prefix them with the head */
+  int count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, set)) { count++; lua_pop(L, 1); }
+  const char **names = lua_newuserdatauv(L, (count ? count : 1) * sizeof *names, 0);
+  int k = 0;
+  lua_pushnil(L);
+  while (lua_next(L, set)) {
+    names[k++] = lua_tostring(L, -2);   /* anchored in the set */
+    lua_pop(L, 1);
+  }
+  qsort(names, (size_t)count, sizeof *names, cmp_str);
+  lua_createtable(L, count, 0);
+  for (int i = 0; i < count; i++) {
+    lua_pushlstring(L, text, cut);
+    lua_pushstring(L, names[i]);
+    lua_concat(L, 2);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* _glimpse_complete(text): the candidates, or {} when anything goes wrong */
+static int l_complete(lua_State *L) {
+  luaL_checkstring(L, 1);
+  lua_pushcfunction(L, complete_path);
+  lua_pushvalue(L, 1);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+  }
+  return 1;
+}
+
+/* What readline appends after a single match: "(" to a function, "." to a table, " " to a
+ * keyword.  Resolving runs __index, so do it protected. */
+static int completion_suffix(lua_State *L) {
+  size_t n;
+  const char *s = lua_tolstring(L, 1, &n);
+  if (is_keyword(s, n)) { lua_pushinteger(L, ' '); return 1; }
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == ':') { lua_pushinteger(L, '('); return 1; }
+  }
+  resolve(L, s, n);
+  int t = lua_type(L, -1);
+  lua_pushinteger(L, t == LUA_TFUNCTION ? '(' : t == LUA_TTABLE ? '.' : '\0');
+  return 1;
+}
+
+/* readline: show candidates by their last name only ("Linear", not "glimpse.nn.Linear") */
+static void display_matches(char **matches, int n, int maxlen) {
+  (void)maxlen;
+  const char *s = matches[1];
+  size_t skip = 0;
+  for (size_t i = 0; s[i]; i++)
+    if (s[i] == '.' || s[i] == ':') skip = i + 1;
+  char **shown = malloc((size_t)(n + 2) * sizeof *shown);
+  if (!shown) return;
+  int width = 0;
+  shown[0] = matches[0];
+  for (int i = 1; i <= n; i++) {
+    shown[i] = strlen(matches[i]) >= skip ? matches[i] + skip : matches[i];
+    int w = (int)strlen(shown[i]);
+    if (w > width) width = w;
+  }
+  shown[n + 1] = NULL;
+  rl_display_match_list(shown, n, width);
+  rl_forced_update_display();
+  free(shown);
+}
+
+static char **rl_complete_hook(const char *text, int start, int end) {
+  (void)start;
+  (void)end;
+  rl_completion_display_matches_hook = NULL;
+  if (rl_completion_quote_character) return NULL;   /* inside a string: file names */
+  rl_attempted_completion_over = 1;
+  rl_completion_append_character = '\0';
+  lua_State *L = globalL;
+  int top = lua_gettop(L);
+  lua_pushcfunction(L, complete_path);
+  lua_pushstring(L, text);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) { lua_settop(L, top); return NULL; }
+  int n = (int)lua_rawlen(L, -1);
+  char **m = n ? calloc((size_t)n + 2, sizeof *m) : NULL;
+  if (!m) { lua_settop(L, top); return NULL; }
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, i + 1);
+    m[n == 1 ? 0 : i + 1] = strdup(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  if (n == 1) {
+    lua_pushcfunction(L, completion_suffix);
+    lua_pushstring(L, m[0]);
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK) rl_completion_append_character = (int)lua_tointeger(L, -1);
+  } else {
+    /* m[0]: the longest common prefix, which readline puts in place of the text */
+    size_t lcp = strlen(m[1]);
+    for (int i = 2; i <= n; i++) {
+      size_t j = 0;
+      while (j < lcp && m[i][j] == m[1][j]) j++;
+      lcp = j;
+    }
+    m[0] = strndup(m[1], lcp);
+    rl_completion_display_matches_hook = display_matches;
+  }
+  lua_settop(L, top);
+  return m;
+}
+
+/* ------------------------------------------------------------------------ */
+/* reading lines: readline on a terminal, plain stdin otherwise */
+
+static int stdin_tty;
+static char *rl_got;                          /* the line readline handed us */
+static int rl_finished;
+static volatile sig_atomic_t prompt_interrupted;
+
+static void on_sigint_prompt(int sig) {
+  (void)sig;
+  prompt_interrupted = 1;
+}
+
+static void on_line(char *line) {
+  rl_got = line;
+  rl_finished = 1;
+  rl_callback_handler_remove();
+}
+
+/* Ctrl-C at the prompt: show "^C" after what was typed, like a shell, and drop the line */
+static void drop_line(void) {
+  FILE *out = rl_outstream ? rl_outstream : stdout;
+  rl_point = rl_end;
+  rl_redisplay();
+  fputs("^C", out);
+  rl_free_line_state();
+  rl_callback_sigcleanup();
+  rl_cleanup_after_signal();
+  rl_callback_handler_remove();
+  fputs("\n", out);
+  fflush(out);
+}
+
+/* 1: a line (malloc'd, in *out), 0: end of input, -1: Ctrl-C dropped the line.
+ * SIGINT stays blocked except inside pselect, so a Ctrl-C is never missed between the
+ * check of the flag and the wait. */
+static int tty_read(const char *prompt, char **out) {
+  struct sigaction old;
+  sigset_t block, orig, waitmask;
+  int result = 1;
+  int fd = fileno(rl_instream ? rl_instream : stdin);
+  rl_got = NULL;
+  rl_finished = 0;
+  prompt_interrupted = 0;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigprocmask(SIG_BLOCK, &block, &orig);
+  waitmask = orig;
+  sigdelset(&waitmask, SIGINT);
+  set_sigint(on_sigint_prompt, &old);
+  rl_callback_handler_install(prompt, on_line);
+  while (!rl_finished) {
+    if (prompt_interrupted) {
+      drop_line();
+      result = -1;
+      break;
+    }
+    fd_set fds;
+    FD_ZERO(&fds);
+    FD_SET(fd, &fds);
+    int r = pselect(fd + 1, &fds, NULL, NULL, NULL, &waitmask);
+    if (r > 0) {
+      rl_callback_read_char();
+    } else if (r < 0 && errno != EINTR) {
+      rl_callback_handler_remove();
+      result = 0;
+      break;
+    }
+  }
+  sigprocmask(SIG_SETMASK, &orig, NULL);   /* a pending Ctrl-C lands in our handler... */
+  sigaction(SIGINT, &old, NULL);            /* ...before the old one is back */
+  if (result == 1 && !rl_got) result = 0;   /* Ctrl-D on an empty line */
+  *out = result == 1 ? rl_got : NULL;
+  return result;
+}
+
+static int plain_read(char **out) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n = getline(&line, &cap, stdin);
+  if (n < 0) {
+    free(line);
+    return 0;
+  }
+  if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
+  *out = line;
+  return 1;
+}
+
+static const char *get_prompt(lua_State *L, int first) {
+  if (lua_getglobal(L, first ? "_PROMPT" : "_PROMPT2") == LUA_TNIL) {
+    lua_pop(L, 1);
+    lua_pushstring(L, first ? PROMPT1 : PROMPT2);
+  }
+  const char *p = luaL_tolstring(L, -1, NULL);
+  lua_remove(L, -2);
+  return p;   /* kept alive on the stack until the caller pops it */
+}
+
+/* Push the next line.  1: pushed, 0: end of input, -1: interrupted (nothing pushed). */
+static int pushline(lua_State *L, int first) {
+  char *line = NULL;
+  int r;
+  if (stdin_tty) {
+    const char *prompt = get_prompt(L, first);
+    r = tty_read(prompt, &line);
+    lua_pop(L, 1);
+  } else {
+    r = plain_read(&line);
+  }
+  if (r == 1) {
+    lua_pushstring(L, line);
+    free(line);
+  }
+  return r;
+}
+
+/* add an entry to the history (and its file), skipping blanks and repeats */
+static void save_line(const char *line) {
+  if (!stdin_tty) return;
+  const char *p = line;
+  while (isspace((unsigned char)*p)) p++;
+  if (!*p) return;
+  HIST_ENTRY *last = history_length > 0 ? history_get(history_base + history_length - 1) : NULL;
+  if (last && strcmp(last->line, line) == 0) return;
+  add_history(line);
+  if (hist_path && append_history(1, hist_path) != 0) write_history(hist_path);
+}
+
+static void history_start(void) {
+  const char *env = getenv("GLIMPSE_HISTORY");
+  static char buf[4096];
+  if (env) {
+    hist_path = *env ? env : NULL;
+  } else if (getenv("HOME")) {
+    snprintf(buf, sizeof buf, "%s/.glimpse_history", getenv("HOME"));
+    hist_path = buf;
+  }
+  using_history();
+  stifle_history(HISTORY_MAX);
+  /* a "#time" line before each entry keeps a multi-line statement one entry on reload */
+  history_comment_char = '#';
+  history_write_timestamps = 1;
+  history_multiline_entries = 1;
+  if (hist_path) {
+    read_history(hist_path);
+    history_truncate_file(hist_path, HISTORY_FILE_LINES);
+  }
+}
+
+static void readline_start(lua_State *L) {
+  globalL = L;
+  rl_readline_name = "glimpse";   /* for $if glimpse in ~/.inputrc */
+  rl_catch_signals = 0;           /* our handler deals with Ctrl-C at the prompt */
+  rl_attempted_completion_function = rl_complete_hook;
+  rl_completer_word_break_characters = " \t\n\"'`@$><=;|&{(+-*/%^~#,[]})";
+  rl_completer_quote_characters = "\"'";
+  history_start();
+}
+
+/* ------------------------------------------------------------------------ */
+/* the read-eval-print loop */
+
+static int incomplete(lua_State *L, int status) {
+  if (status == LUA_ERRSYNTAX) {
+    size_t lmsg;
+    const char *msg = lua_tolstring(L, -1, &lmsg);
+    size_t em = sizeof(EOFMARK) - 1;
+    if (lmsg >= em && strcmp(msg + lmsg - em, EOFMARK) == 0) {
+      lua_pop(L, 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Compile "return <line>;" so expressions print their values; on success the line is
+ * replaced by the function. */
+static int addreturn(lua_State *L) {
+  const char *line = lua_tostring(L, -1);
+  const char *code = lua_pushfstring(L, "return %s;", line);
+  int status = luaL_loadbuffer(L, code, strlen(code), CHUNK_STDIN);
+  if (status == LUA_OK) {
+    lua_remove(L, -2);   /* the code string */
+    save_line(line);
+    lua_remove(L, -2);   /* the line */
+  } else {
+    lua_pop(L, 2);       /* the error and the code string */
+  }
+  return status;
+}
+
+/* The line on top is not an expression: read lines until the statement compiles or fails
+ * for a reason other than a missing end.  -1: Ctrl-C dropped the statement. */
+static int multiline(lua_State *L) {
+  for (;;) {
+    size_t len;
+    const char *line = lua_tolstring(L, 1, &len);
+    int status = luaL_loadbuffer(L, line, len, CHUNK_STDIN);
+    if (!incomplete(L, status)) {
+      save_line(line);
+      lua_remove(L, 1);
+      return status;
+    }
+    int r = pushline(L, 0);
+    if (r == 0) {   /* end of input: report the syntax error */
+      status = luaL_loadbuffer(L, line, len, CHUNK_STDIN);
+      save_line(line);
+      lua_remove(L, 1);
+      return status;
+    }
+    if (r < 0) {
+      lua_settop(L, 0);
+      return -1;
+    }
+    lua_pushliteral(L, "\n");
+    lua_insert(L, -2);
+    lua_concat(L, 3);
+  }
+}
+
+/* Read and compile one statement.  LUA_OK: the function on the stack; another status: the
+ * error message; -1: nothing (interrupted); -2: end of input. */
+static int loadline(lua_State *L) {
+  lua_settop(L, 0);
+  int r = pushline(L, 1);
+  if (r == 0) return -2;
+  if (r < 0) return -1;
+  int status = addreturn(L);
+  if (status != LUA_OK) status = multiline(L);
+  return status;
+}
+
+/* Print the values on the stack with the global print (tensors print via __tostring). */
+static void print_results(lua_State *L) {
+  int n = lua_gettop(L);
+  if (n == 0) return;
+  luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
+  lua_getglobal(L, "print");
+  lua_insert(L, 1);
+  if (lua_pcall(L, n, 0, 0) != LUA_OK)
+    message(progname, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
+}
+
+static void doREPL(lua_State *L) {
+  const char *oldprog = progname;
+  progname = NULL;   /* errors in the REPL need no program name */
+  if (stdin_tty) readline_start(L);
+  for (;;) {
+    int status = loadline(L);
+    if (status == -2) break;
+    if (status == -1) continue;
+    if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
+    if (status == LUA_OK) print_results(L);
+    else report(L, status);
+    fflush(stdout);
+  }
+  lua_settop(L, 0);
+  if (stdin_tty) {
+    fputs("\n", stdout);
+    if (hist_path) history_truncate_file(hist_path, HISTORY_FILE_LINES);
+  }
+  fflush(stdout);
+  progname = oldprog;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the command line */
+
+enum { HAS_ERROR = 1, HAS_I = 2, HAS_V = 4, HAS_E = 8 };
+
+/* Scan the options; *first gets the index of the script (argc: none). */
+static int collectargs(char **argv, int *first) {
+  int args = 0;
+  int i;
+  for (i = 1; argv[i] != NULL; i++) {
+    *first = i;
+    const char *a = argv[i];
+    if (a[0] != '-') return args;   /* the script */
+    if (!strcmp(a, "--")) {
+      *first = i + 1;
+      return args;
+    }
+    if (!strcmp(a, "-")) return args;   /* stdin as the script */
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(EXIT_SUCCESS);
+    }
+    if (!strcmp(a, "-i")) args |= HAS_I | HAS_V;
+    else if (!strcmp(a, "-v") || !strcmp(a, "--version")) args |= HAS_V;
+    else if (a[1] == 'e' || a[1] == 'l') {
+      if (a[1] == 'e') args |= HAS_E;
+      if (a[2] == '\0') {   /* the argument is the next word */
+        if (argv[i + 1] == NULL || argv[i + 1][0] == '-') return HAS_ERROR;
+        i++;
+      }
+    } else {
+      return HAS_ERROR;
+    }
+  }
+  *first = i;
+  return args;
+}
+
+/* -e and -l, in their order on the command line */
+static int runargs(lua_State *L, char **argv, int n) {
+  for (int i = 1; i < n; i++) {
+    char opt = argv[i][1];
+    if (opt != 'e' && opt != 'l') continue;
+    const char *extra = argv[i] + 2;
+    if (*extra == '\0') extra = argv[++i];
+    int status = opt == 'e' ? dostring(L, extra, "=(command line)") : dolibrary(L, extra);
+    if (status != LUA_OK) return 0;
+  }
+  return 1;
+}
+
+/* arg[0] = script, arg[1..] = its arguments, arg[-1..] = the interpreter and options */
+static void createargtable(lua_State *L, char **argv, int argc, int script) {
+  if (script == argc) script = 0;   /* no script: arg[0] is the interpreter */
+  lua_createtable(L, argc - script - 1 > 0 ? argc - script - 1 : 0, script + 1);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int handle_script(lua_State *L, char **argv) {
+  const char *fname = argv[0];
+  if (!strcmp(fname, "-") && strcmp(argv[-1], "--") != 0) fname = NULL;   /* stdin */
+  int status = luaL_loadfile(L, fname);
+  if (status == LUA_OK) {
+    int n = 0;
+    luaL_checkstack(L, LUA_MINSTACK, "too many script arguments");
+    for (char **a = argv + 1; *a; a++, n++) {
+      luaL_checkstack(L, 1, "too many script arguments");
+      lua_pushstring(L, *a);
+    }
+    status = docall(L, n, LUA_MULTRET);
+  }
+  return report(L, status);
+}
+
+/* package.path: the source tree first, then the install dir; package.cpath: Debian's dirs
+ * for C modules such as lua-cjson, when this Lua was built without them. */
+#if defined(__x86_64__)
+#define MULTIARCH "x86_64-linux-gnu"
+#elif defined(__aarch64__)
+#define MULTIARCH "aarch64-linux-gnu"
+#endif
+
+static void setup_paths(lua_State *L) {
+  lua_getglobal(L, "package");
+  int pkg = lua_gettop(L);
+  lua_pushstring(L, GLIMPSE_ROOT "/bindings/?.lua;" GLIMPSE_ROOT "/bindings/?/init.lua;"
+                    GLIMPSE_ROOT "/?.lua;" GLIMPSE_LUA_DIR "/?.lua;" GLIMPSE_LUA_DIR
+                    "/?/init.lua;");
+  lua_getfield(L, pkg, "path");
+  lua_concat(L, 2);
+  lua_setfield(L, pkg, "path");
+  static const char *const cdirs[] = {
+#ifdef MULTIARCH
+      "/usr/lib/" MULTIARCH "/lua/" LUA_VERSION_MAJOR "." LUA_VERSION_MINOR "/?.so",
+#endif
+      "/usr/lib/lua/" LUA_VERSION_MAJOR "." LUA_VERSION_MINOR "/?.so", NULL};
+  for (int i = 0; cdirs[i]; i++) {
+    lua_getfield(L, pkg, "cpath");
+    const char *cp = lua_tostring(L, -1);
+    if (cp && !strstr(cp, cdirs[i])) {
+      lua_pushfstring(L, "%s;%s", cp, cdirs[i]);
+      lua_setfield(L, pkg, "cpath");
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* the global `glimpse`, preloaded; and the completion hook for the tests */
+static int open_glimpse(lua_State *L) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(L, luaopen_glimpse);
   lua_setfield(L, -2, "glimpse");
   lua_pop(L, 1);
-  lua_getglobal(L, "package");
-  lua_pushfstring(L, "%s/bindings/?.lua;%s/?.lua;", GLIMPSE_ROOT, GLIMPSE_ROOT);
-  lua_getfield(L, -2, "path");
-  lua_concat(L, 2);
-  lua_setfield(L, -2, "path");
-  lua_pop(L, 1);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "glimpse");
-  lua_call(L, 1, 1);
-  lua_setglobal(L, "glimpse");
-  if (argc < 2) { fprintf(stderr, "usage: glimpse script.lua\n"); return 1; }
-  lua_createtable(L, argc, 0);
-  for (int i = 0; i < argc; i++) { lua_pushstring(L, argv[i]); lua_seti(L, -2, i - 1); }
-  lua_setglobal(L, "arg");
-  if (luaL_loadfile(L, argv[1]) != LUA_OK) { fprintf(stderr, "glimpse: %s\n", lua_tostring(L, -1)); return 1; }
-  for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
-  if (lua_pcall(L, argc - 2, 0, 0) != LUA_OK) { fprintf(stderr, "glimpse: %s\n", lua_tostring(L, -1)); return 1; }
+  int status = docall(L, 1, 1);
+  if (status == LUA_OK) lua_setglobal(L, "glimpse");
+  lua_pushcfunction(L, l_complete);
+  lua_setglobal(L, "_glimpse_complete");
+  return report(L, status);
+}
+
+static int pmain(lua_State *L) {
+  int argc = (int)lua_tointeger(L, 1);
+  char **argv = (char **)lua_touserdata(L, 2);
+  int script = argc;
+  if (argv[0] && argv[0][0]) progname = argv[0];
+  int args = collectargs(argv, &script);
+  if (args == HAS_ERROR) {
+    const char *a = argv[script];
+    if (a && (a[1] == 'e' || a[1] == 'l') && a[2] == '\0')
+      fprintf(stderr, "%s: '%s' needs argument\n", progname, a);
+    else
+      fprintf(stderr, "%s: unrecognized option '%s'\n", progname, a ? a : "");
+    usage(stderr);
+    return 0;
+  }
+  luaL_openlibs(L);
+  setup_paths(L);
+  createargtable(L, argv, argc, script);
+  if (open_glimpse(L) != LUA_OK) return 0;
+  stdin_tty = isatty(STDIN_FILENO);
+  if (args & HAS_V) print_version(L);
+  if (!runargs(L, argv, script)) return 0;
+  if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
+  if (args & HAS_I) {
+    doREPL(L);
+  } else if (script == argc && !(args & (HAS_E | HAS_V))) {
+    if (stdin_tty) {
+      print_version(L);
+      doREPL(L);
+    } else if (dochunk(L, luaL_loadfile(L, NULL)) != LUA_OK) {
+      return 0;
+    }
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  lua_State *L = luaL_newstate();
+  if (L == NULL) {
+    message(argv[0], "cannot create state: not enough memory");
+    return EXIT_FAILURE;
+  }
+  globalL = L;
+  lua_pushcfunction(L, pmain);
+  lua_pushinteger(L, argc);
+  lua_pushlightuserdata(L, argv);
+  int status = lua_pcall(L, 2, 1, 0);
+  int ok = lua_toboolean(L, -1);
+  report(L, status);
   lua_close(L);
-  return 0;
+  return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -456,4 +456,36 @@ int gl_gru_seq(gl_tensor **y, gl_tensor **h_n, gl_tensor *xp, gl_tensor *h0, gl_
 int gl_rnn_seq(gl_tensor **y, gl_tensor **h_n, gl_tensor *xp, gl_tensor *h0, gl_tensor *w_hh,
                gl_tensor *b_hh, gl_tensor *mask, int reverse, int relu);
 
+/* ------------------------------------------------------------------------ */
+/* attention (ops_attention.c, ops_attention_ntm.c).  One decoder step of attention as a
+ * fused op with two outputs: ctx (B,Dv) = sum_l alpha_bl values_bl, alpha (B,L).
+ * mask (B,L): 0/1 or NULL, masked positions get exactly 0; prior (B,L) or NULL multiplies
+ * the normalised weights (local attention's Gaussian, differentiable); opts NULL means
+ * temperature 1 and softmax. */
+enum { GL_ATTN_SOFTMAX = 0, GL_ATTN_SIGMOID = 1 };   /* sigmoid: Chorowski's smoothing */
+typedef struct { float temperature; int normaliser; } gl_attn_opts;
+/* additive: e_bl = v . tanh(wq_b + uk_bl); wq (B,H), uk (B,L,H), v (H) */
+int gl_attn_additive(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *wq, gl_tensor *uk,
+                     gl_tensor *v, gl_tensor *values, const gl_tensor *mask, gl_tensor *prior,
+                     const gl_attn_opts *opts);
+/* the additive scores alone -> e (B,L) (pointer networks) */
+int gl_attn_additive_scores(gl_tensor **e, gl_tensor *wq, gl_tensor *uk, gl_tensor *v);
+/* dot: e_bl = scale q_b . k_bl; q (B,D), keys (B,L,D) */
+int gl_attn_dot(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *q, gl_tensor *keys,
+                gl_tensor *values, const gl_tensor *mask, gl_tensor *prior, float scale,
+                const gl_attn_opts *opts);
+/* given scores (B,L) */
+int gl_attn_context(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *scores, gl_tensor *values,
+                    const gl_tensor *mask, gl_tensor *prior, const gl_attn_opts *opts);
+/* multi-head: q (N,Tq,d), k (N,Tk,d), N = B*heads batch-major, mask (B,Tk) or NULL, causal:
+ * key j visible to query i iff j <= i -> probs (N,Tq,Tk) = softmax(scale q k^T) */
+int gl_attn_mh_probs(gl_tensor **probs, gl_tensor *q, gl_tensor *k, const gl_tensor *mask,
+                     int heads, int causal, float scale);
+/* NTM: e_bn = beta_b cos(k_b, mem_bn); k (B,D), mem (B,N,D), beta (B) or NULL */
+int gl_attn_cosine(gl_tensor **scores, gl_tensor *k, gl_tensor *mem, gl_tensor *beta);
+/* out_bi = sum_k s_b(k+K) w_b((i-k) mod N); w (B,N), s (B,2K+1) for shifts -K..K */
+int gl_attn_circular_shift(gl_tensor **out, gl_tensor *w, gl_tensor *s);
+/* out_bi = w_bi^gamma_b / sum_j w_bj^gamma_b; w (B,N) >= 0, gamma (B) */
+int gl_attn_sharpen(gl_tensor **out, gl_tensor *w, gl_tensor *gamma);
+
 #endif

@@ -24,12 +24,25 @@
 /* the decoding buffer of read_idx, in bytes */
 #define IDX_CHUNK ((size_t)1 << 16)
 
-/* The zlib (or errno) message of a failed read, for error texts. */
-static const char *gz_why(gzFile f) {
+/* The zlib (or errno) message of a failed read, for error texts (zlib puts the path in
+ * front; the callers name the path themselves). */
+static const char *gz_why(gzFile f, const char *path) {
   int code = 0;
   const char *m = gzerror(f, &code);
   if (code == Z_ERRNO) return strerror(errno);
-  return m && *m ? m : "unexpected end of file";
+  if (code == Z_BUF_ERROR) return "truncated: the compressed data ends early";
+  if (!m || !*m) return "unexpected end of file";
+  size_t n = strlen(path);
+  if (!strncmp(m, path, n) && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+  return m;
+}
+
+/* After gzread returned 0: did the data end early?  zlib reports a gzip stream cut short as
+ * Z_BUF_ERROR ("unexpected end of file") only once the reader has hit the end. */
+static int gz_cut_short(gzFile f) {
+  int code = 0;
+  gzerror(f, &code);
+  return code != Z_OK;
 }
 
 static gzFile gz_open(const char *op, const char *path, int *status) {
@@ -54,7 +67,7 @@ static size_t gz_read_full(gzFile f, void *dst, size_t n, int *err) {
     size_t want = n - got < GZ_CHUNK ? n - got : GZ_CHUNK;
     int r = gzread(f, (char *)dst + got, (unsigned)want);
     if (r < 0) { *err = 1; break; }
-    if (r == 0) break;
+    if (r == 0) { *err = gz_cut_short(f); break; }
     got += (size_t)r;
   }
   return got;
@@ -79,8 +92,8 @@ int gl_read_gz(const char *path, size_t max_bytes, unsigned char **buf, size_t *
         /* full at the limit: one more byte means the file is over it */
         unsigned char probe;
         int r = gzread(f, &probe, 1);
-        if (r == 0) break;
-        if (r < 0) st = gl_fail(GL_EFORMAT, "read_gz: '%s': %s", path, gz_why(f));
+        if (r == 0 && !gz_cut_short(f)) break;
+        if (r <= 0) st = gl_fail(GL_EFORMAT, "read_gz: '%s': %s", path, gz_why(f, path));
         else st = gl_fail(GL_ENOMEM, "read_gz: '%s' holds more than %zu bytes (the limit)",
                           path, max_bytes);
         free(b);
@@ -99,8 +112,8 @@ int gl_read_gz(const char *path, size_t max_bytes, unsigned char **buf, size_t *
     }
     size_t want = cap - len < GZ_CHUNK ? cap - len : GZ_CHUNK;
     int r = gzread(f, b + len, (unsigned)want);
-    if (r < 0) {
-      st = gl_fail(GL_EFORMAT, "read_gz: '%s': %s", path, gz_why(f));
+    if (r < 0 || (r == 0 && gz_cut_short(f))) {
+      st = gl_fail(GL_EFORMAT, "read_gz: '%s': %s", path, gz_why(f, path));
       free(b);
       gzclose(f);
       return st;
@@ -134,7 +147,7 @@ static int idx_header(gzFile f, const char *path, gl_idx_info *info) {
   unsigned char m[4];
   int err;
   size_t got = gz_read_full(f, m, 4, &err);
-  if (err) return gl_fail(GL_EIO, "read_idx: '%s': %s", path, gz_why(f));
+  if (err) return gl_fail(GL_EFORMAT, "read_idx: '%s': %s", path, gz_why(f, path));
   if (got < 4) return gl_fail(GL_EFORMAT, "read_idx: '%s' is too short for an IDX header", path);
   if (m[0] != 0 || m[1] != 0 || !idx_elem_size(m[2]))
     return gl_fail(GL_EFORMAT,
@@ -149,7 +162,7 @@ static int idx_header(gzFile f, const char *path, gl_idx_info *info) {
   for (int d = 0; d < info->ndim; d++) {
     unsigned char s[4];
     got = gz_read_full(f, s, 4, &err);
-    if (err) return gl_fail(GL_EIO, "read_idx: '%s': %s", path, gz_why(f));
+    if (err) return gl_fail(GL_EFORMAT, "read_idx: '%s': %s", path, gz_why(f, path));
     if (got < 4) return gl_fail(GL_EFORMAT, "read_idx: '%s': header ends inside the sizes", path);
     uint32_t v = (uint32_t)s[0] << 24 | (uint32_t)s[1] << 16 | (uint32_t)s[2] << 8 | s[3];
     if (v > INT_MAX)
@@ -261,7 +274,7 @@ int gl_read_idx(gl_tensor **out, const char *path, size_t offset, size_t limit, 
     size_t n = want - done < IDX_CHUNK ? want - done : IDX_CHUNK;
     int err;
     size_t got = gz_read_full(f, buf, n, &err);
-    if (err) { st = gl_fail(GL_EIO, "read_idx: '%s': %s", path, gz_why(f)); break; }
+    if (err) { st = gl_fail(GL_EFORMAT, "read_idx: '%s': %s", path, gz_why(f, path)); break; }
     if (got < n) {
       st = gl_fail(GL_EFORMAT,
                    "read_idx: '%s' is truncated: its header promises %zu data bytes for "

@@ -1,0 +1,228 @@
+/* ops_norm.c -- layer normalisation (over the last dim) and batch normalisation (over the
+ * batch and every dim after the channel), each one fused op with a hand-written backward.
+ *
+ * Both normalise x to xhat = (x - mean) * rstd, rstd = 1/sqrt(var + eps) with the biased
+ * variance, then scale and shift by an optional per-feature weight and bias.  The statistics
+ * are taken in double (two passes) so float32 inputs with a large mean keep their precision;
+ * mean and rstd are saved for backward.  Batch norm's running statistics are updated in place
+ * in training mode (PyTorch's rule: the running variance takes the unbiased estimate).
+ */
+#include "glimpse.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
+
+/* A per-feature vector argument must be absent or have shape (n). */
+static int check_vec(const char *op, const char *what, const gl_tensor *v, int n,
+                     const gl_tensor *x) {
+  char b1[128], b2[128];
+  if (v && (v->ndim != 1 || v->shape[0] != n))
+    return gl_fail(GL_ESHAPE, "%s: %s %s must be (%d) for input %s", op, what, SHAPE(b1, v), n,
+                   SHAPE(b2, x));
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* layer_norm: x (...,D), w (D) or NULL, b (D) or NULL -> y (...,D)
+ *   per row: xhat = (x - mean) * rstd,  y = xhat * w + b   (Ba, Kiros & Hinton 2016)
+ * backward of y = xhat*w + b, with g = dy * w:
+ *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy*xhat,  db += sum_rows dy
+ * saved: the (rows, 2) table of mean and rstd */
+
+static int layer_norm_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *x = n->in[0], *w = n->in[1];
+  gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1), *gb = gl_grad_of(n, 2);
+  const float *stats = n->saved[0]->data, *dy = gout[0]->data;
+  int D = x->shape[x->ndim - 1];
+  size_t rows = D ? x->numel / (size_t)D : 0;
+  for (size_t r = 0; r < rows; r++) {
+    const float *xr = x->data + r * D, *dyr = dy + r * D;
+    float mu = stats[2 * r], rs = stats[2 * r + 1];
+    if (gw || gb)
+      for (int j = 0; j < D; j++) {
+        if (gw) gw->data[j] += dyr[j] * (xr[j] - mu) * rs;
+        if (gb) gb->data[j] += dyr[j];
+      }
+    if (gx) {
+      double sg = 0, sgx = 0;
+      for (int j = 0; j < D; j++) {
+        float g = dyr[j] * (w ? w->data[j] : 1.0f);
+        sg += g;
+        sgx += (double)g * (xr[j] - mu) * rs;
+      }
+      float mg = (float)(sg / D), mgx = (float)(sgx / D);
+      float *gxr = gx->data + r * D;
+      for (int j = 0; j < D; j++) {
+        float g = dyr[j] * (w ? w->data[j] : 1.0f);
+        gxr[j] += rs * (g - mg - (xr[j] - mu) * rs * mgx);
+      }
+    }
+  }
+  return GL_OK;
+}
+
+static const gl_op op_layer_norm = {"layer_norm", layer_norm_backward};
+
+int gl_layer_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b, float eps) {
+  char b1[128];
+  if (x->ndim < 1)
+    return gl_fail(GL_ESHAPE, "layer_norm: input %s needs at least 1 dim", SHAPE(b1, x));
+  if (!(eps >= 0)) return gl_fail(GL_EARG, "layer_norm: eps = %g must be >= 0", eps);
+  int D = x->shape[x->ndim - 1], st;
+  if ((st = check_vec("layer_norm", "weight", w, D, x))) return st;
+  if ((st = check_vec("layer_norm", "bias", b, D, x))) return st;
+  size_t rows = D ? x->numel / (size_t)D : 0;
+  gl_tensor *stats;
+  if ((st = gl_empty(&stats, 2, (int[]){(int)rows, 2}))) return st;
+  if ((st = gl_empty_like(out, x))) { gl_release(stats); return st; }
+  float *y = (*out)->data;
+  for (size_t r = 0; r < rows; r++) {
+    const float *xr = x->data + r * D;
+    double s = 0, v = 0;
+    for (int j = 0; j < D; j++) s += xr[j];
+    double mu = s / D;
+    for (int j = 0; j < D; j++) v += (xr[j] - mu) * (xr[j] - mu);
+    float rs = (float)(1.0 / sqrt(v / D + eps));
+    stats->data[2 * r] = (float)mu;
+    stats->data[2 * r + 1] = rs;
+    float *yr = y + r * D;
+    for (int j = 0; j < D; j++) {
+      float h = (xr[j] - (float)mu) * rs;
+      yr[j] = h * (w ? w->data[j] : 1.0f) + (b ? b->data[j] : 0.0f);
+    }
+  }
+  gl_tensor *in[3] = {x, w, b};
+  gl_node *n = gl_record(&op_layer_norm, 3, in, 1, out);
+  gl_save(n, stats);
+  gl_release(stats);
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* batch_norm: x (B,C,...) , w/b (C) or NULL, running_mean/var (C) or NULL -> y (B,C,...)
+ * (Ioffe & Szegedy 2015).  Per channel c over the N = B * prod(spatial) values:
+ *   training (or no running stats): mean, var = the batch's (biased var);
+ *     running_mean = (1-m) running_mean + m mean,  running_var = (1-m) running_var + m var*N/(N-1)
+ *   evaluation: mean, var = running_mean, running_var
+ *   xhat = (x - mean) * rstd, rstd = 1/sqrt(var + eps),  y = xhat * w + b
+ * backward of y = xhat*w + b, with g = dy * w:
+ *   batch statistics: dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
+ *   fixed statistics: dx = rstd * g
+ *   dw += sum_c dy*xhat,  db += sum_c dy
+ * saved: the (C, 2) table of mean and rstd; ints[0] = batch statistics used */
+
+static void bn_geom(const gl_tensor *x, size_t *B, size_t *C, size_t *S) {
+  *B = (size_t)x->shape[0];
+  *C = (size_t)x->shape[1];
+  *S = 1;
+  for (int i = 2; i < x->ndim; i++) *S *= (size_t)x->shape[i];
+}
+
+static int batch_norm_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *x = n->in[0], *w = n->in[1];
+  gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1), *gb = gl_grad_of(n, 2);
+  const float *stats = n->saved[0]->data, *dy = gout[0]->data;
+  int batch_stats = n->ints[0];
+  size_t B, C, S;
+  bn_geom(x, &B, &C, &S);
+  double N = (double)B * S;
+  for (size_t c = 0; c < C; c++) {
+    float mu = stats[2 * c], rs = stats[2 * c + 1], wc = w ? w->data[c] : 1.0f;
+    double sdy = 0, sdyx = 0;
+    for (size_t b = 0; b < B; b++) {
+      const float *xp = x->data + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+      for (size_t s = 0; s < S; s++) {
+        sdy += dp[s];
+        sdyx += (double)dp[s] * (xp[s] - mu) * rs;
+      }
+    }
+    if (gw) gw->data[c] += (float)sdyx;
+    if (gb) gb->data[c] += (float)sdy;
+    if (!gx) continue;
+    float mg = batch_stats ? (float)(sdy * wc / N) : 0.0f;
+    float mgx = batch_stats ? (float)(sdyx * wc / N) : 0.0f;
+    for (size_t b = 0; b < B; b++) {
+      const float *xp = x->data + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+      float *gp = gx->data + (b * C + c) * S;
+      for (size_t s = 0; s < S; s++)
+        gp[s] += rs * (dp[s] * wc - mg - (xp[s] - mu) * rs * mgx);
+    }
+  }
+  return GL_OK;
+}
+
+static const gl_op op_batch_norm = {"batch_norm", batch_norm_backward};
+
+int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
+                  gl_tensor *running_mean, gl_tensor *running_var, int training,
+                  float momentum, float eps) {
+  char b1[128];
+  if (x->ndim < 2)
+    return gl_fail(GL_ESHAPE, "batch_norm: input %s must be (B,C,...)", SHAPE(b1, x));
+  if (!(eps >= 0)) return gl_fail(GL_EARG, "batch_norm: eps = %g must be >= 0", eps);
+  if (!(momentum >= 0 && momentum <= 1))
+    return gl_fail(GL_EARG, "batch_norm: momentum = %g is not in [0,1]", momentum);
+  if ((running_mean == NULL) != (running_var == NULL))
+    return gl_fail(GL_EARG, "batch_norm: give both running_mean and running_var, or neither");
+  size_t B, C, S;
+  bn_geom(x, &B, &C, &S);
+  int st;
+  if ((st = check_vec("batch_norm", "weight", w, (int)C, x)) ||
+      (st = check_vec("batch_norm", "bias", b, (int)C, x)) ||
+      (st = check_vec("batch_norm", "running_mean", running_mean, (int)C, x)) ||
+      (st = check_vec("batch_norm", "running_var", running_var, (int)C, x)))
+    return st;
+  int batch_stats = training || !running_mean;
+  size_t N = B * S;
+  if (batch_stats && N < 2 && training)
+    return gl_fail(GL_EVALUE, "batch_norm: input %s: expected more than 1 value per channel "
+                              "when training", SHAPE(b1, x));
+  gl_tensor *stats;
+  if ((st = gl_empty(&stats, 2, (int[]){(int)C, 2}))) return st;
+  if ((st = gl_empty_like(out, x))) { gl_release(stats); return st; }
+  for (size_t c = 0; c < C; c++) {
+    double mu, var;
+    if (batch_stats) {
+      double s = 0, v = 0;
+      for (size_t bb = 0; bb < B; bb++) {
+        const float *xp = x->data + (bb * C + c) * S;
+        for (size_t k = 0; k < S; k++) s += xp[k];
+      }
+      mu = N ? s / (double)N : 0.0;
+      for (size_t bb = 0; bb < B; bb++) {
+        const float *xp = x->data + (bb * C + c) * S;
+        for (size_t k = 0; k < S; k++) v += (xp[k] - mu) * (xp[k] - mu);
+      }
+      var = N ? v / (double)N : 0.0;
+      if (training && running_mean) {
+        double unbiased = N > 1 ? v / (double)(N - 1) : var;
+        running_mean->data[c] = (float)((1 - momentum) * running_mean->data[c] + momentum * mu);
+        running_var->data[c] = (float)((1 - momentum) * running_var->data[c] + momentum * unbiased);
+      }
+    } else {
+      mu = running_mean->data[c];
+      var = running_var->data[c];
+    }
+    float rs = (float)(1.0 / sqrt(var + eps)), m = (float)mu;
+    stats->data[2 * c] = m;
+    stats->data[2 * c + 1] = rs;
+    float wc = w ? w->data[c] : 1.0f, bc = b ? b->data[c] : 0.0f;
+    for (size_t bb = 0; bb < B; bb++) {
+      const float *xp = x->data + (bb * C + c) * S;
+      float *yp = (*out)->data + (bb * C + c) * S;
+      for (size_t k = 0; k < S; k++) yp[k] = (xp[k] - m) * rs * wc + bc;
+    }
+  }
+  if (training && running_mean) {
+    running_mean->version++;
+    running_var->version++;
+  }
+  gl_tensor *in[3] = {x, w, b};
+  gl_node *n = gl_record(&op_batch_norm, 3, in, 1, out);
+  if (n) n->ints[0] = batch_stats;
+  gl_save(n, stats);
+  gl_release(stats);
+  return GL_OK;
+}

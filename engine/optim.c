@@ -1,0 +1,300 @@
+/* optim.c -- fused optimizer updates and gradient clipping.
+ *
+ * One loop per parameter tensor and step: the update reads the gradient and the optimizer's
+ * buffers once, writes the parameter and the buffers once, and allocates nothing.  The Lua
+ * side (bindings/glimpse/optim.lua) owns the bookkeeping -- param groups, step counts, lazily
+ * created buffers, state_dict -- and calls one of these per parameter.
+ *
+ * The arithmetic follows PyTorch 1.13's single-tensor CPU implementations (torch/optim/<name>.py,
+ * foreach=False) operation by operation: scalar coefficients are formed in double precision
+ * (as Python does) and rounded to float once, tensor arithmetic is float32 in the same order
+ * (addcmul is `s + (v*a)*b`, addcdiv is `s + (v*a)/b`), so a glimpse run tracks a PyTorch run
+ * to float rounding.  References:
+ *   SGD with momentum/Nesterov: Sutskever et al. 2013, in PyTorch's formulation.
+ *   Adam: Kingma & Ba 2015, Algorithm 1; AMSGrad: Reddi et al. 2018.
+ *   AdamW: Loshchilov & Hutter 2019 (decoupled weight decay, p *= 1 - lr*wd).
+ *   RMSProp: Hinton's lecture 6e; centered variant: Graves 2013, eq. 38-45.
+ *   AdaDelta: Zeiler 2012, Algorithm 1;  Adagrad: Duchi et al. 2011.
+ *
+ * Every update bumps the version of the tensors it writes, like any other in-place write.
+ * The updates run whether or not grad mode is on: they are outside the graph by nature.
+ */
+#include "glimpse.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* checks */
+
+/* t must hold as many elements as the parameter (state buffers are created with its shape). */
+static int check_like(const char *op, const gl_tensor *p, const gl_tensor *t, const char *what) {
+  if (!t) return gl_fail(GL_EARG, "%s: %s is missing", op, what);
+  if (!gl_same_shape(p, t)) {
+    char s1[128], s2[128];
+    return gl_fail(GL_ESHAPE, "%s: %s has shape %s, the parameter %s", op, what,
+                   gl_shape_str(s1, sizeof s1, t->ndim, t->shape),
+                   gl_shape_str(s2, sizeof s2, p->ndim, p->shape));
+  }
+  return GL_OK;
+}
+
+#define CHECK(call)              \
+  do {                           \
+    int st_ = (call);            \
+    if (st_ != GL_OK) return st_; \
+  } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* SGD:  d = g + wd*p;  buf = first ? d : momentum*buf + (1-dampening)*d;
+ *       d = nesterov ? d + momentum*buf : buf;  p -= lr*d
+ * p, g, buf: any shape, all the same.  buf is NULL when momentum == 0.  `first` marks the
+ * step that creates the buffer: it is a copy of d, without dampening. */
+
+int gl_sgd_update(gl_tensor *p, const gl_tensor *g, gl_tensor *buf, int first, double lr,
+                  double momentum, double dampening, double weight_decay, int nesterov,
+                  int maximize) {
+  CHECK(check_like("sgd", p, g, "the gradient"));
+  if (momentum != 0) CHECK(check_like("sgd", p, buf, "momentum_buffer"));
+  const float wd = (float)weight_decay, mom = (float)momentum;
+  const float keep = (float)(1.0 - dampening), neg_lr = (float)(-lr);
+  float *pd = p->data, *bd = momentum != 0 ? buf->data : NULL;
+  const float *gd = g->data;
+  for (size_t i = 0; i < p->numel; i++) {
+    float d = maximize ? -gd[i] : gd[i];
+    if (weight_decay != 0) d = d + wd * pd[i];
+    if (bd) {
+      float b = first ? d : bd[i] * mom + keep * d;
+      bd[i] = b;
+      d = nesterov ? d + mom * b : b;
+    }
+    pd[i] = pd[i] + neg_lr * d;
+  }
+  p->version++;
+  if (buf) buf->version++;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adam / AdamW at step t (1-based, already counted):
+ *   AdamW: p *= 1 - lr*wd            Adam: g = g + wd*p
+ *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;  vmax = max(vmax, v) (amsgrad)
+ *   p -= lr/(1-b1^t) * m / (sqrt(v or vmax)/sqrt(1-b2^t) + eps)
+ * max_exp_avg_sq is NULL unless amsgrad. */
+
+int gl_adam_update(gl_tensor *p, const gl_tensor *g, gl_tensor *exp_avg, gl_tensor *exp_avg_sq,
+                   gl_tensor *max_exp_avg_sq, int64_t step, double lr, double beta1,
+                   double beta2, double eps, double weight_decay, int decoupled, int maximize) {
+  const char *op = decoupled ? "adamw" : "adam";
+  CHECK(check_like(op, p, g, "the gradient"));
+  CHECK(check_like(op, p, exp_avg, "exp_avg"));
+  CHECK(check_like(op, p, exp_avg_sq, "exp_avg_sq"));
+  if (max_exp_avg_sq) CHECK(check_like(op, p, max_exp_avg_sq, "max_exp_avg_sq"));
+  if (step < 1) return gl_fail(GL_EARG, "%s: step %lld must be >= 1", op, (long long)step);
+  const double bc1 = 1.0 - pow(beta1, (double)step);
+  const double bc2 = 1.0 - pow(beta2, (double)step);
+  const float b1 = (float)beta1, c1 = (float)(1.0 - beta1);
+  const float b2 = (float)beta2, c2 = (float)(1.0 - beta2);
+  const float feps = (float)eps, bc2_sqrt = (float)sqrt(bc2);
+  const float neg_step = (float)(-(lr / bc1));
+  const float wd = (float)weight_decay, shrink = (float)(1.0 - lr * weight_decay);
+  float *pd = p->data, *m = exp_avg->data, *v = exp_avg_sq->data;
+  float *vmax = max_exp_avg_sq ? max_exp_avg_sq->data : NULL;
+  const float *gd = g->data;
+  for (size_t i = 0; i < p->numel; i++) {
+    float gi = maximize ? -gd[i] : gd[i];
+    float pi = pd[i];
+    if (decoupled) pi = pi * shrink;
+    else if (weight_decay != 0) gi = gi + wd * pi;
+    float mi = m[i] * b1 + c1 * gi;
+    float vi = v[i] * b2 + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    if (vmax) {
+      if (vi > vmax[i] || isnan(vi)) vmax[i] = vi;
+      vi = vmax[i];
+    }
+    float denom = sqrtf(vi) / bc2_sqrt + feps;
+    pd[i] = pi + neg_step * mi / denom;
+  }
+  p->version++;
+  exp_avg->version++;
+  exp_avg_sq->version++;
+  if (max_exp_avg_sq) max_exp_avg_sq->version++;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* RMSProp:  g = g + wd*p;  s = alpha*s + (1-alpha)*g*g
+ *   centered: a = alpha*a + (1-alpha)*g;  avg = sqrt(s - a*a) + eps   else avg = sqrt(s) + eps
+ *   momentum > 0: buf = momentum*buf + g/avg;  p -= lr*buf          else p -= lr*g/avg
+ * grad_avg is NULL unless centered, buf NULL unless momentum > 0. */
+
+int gl_rmsprop_update(gl_tensor *p, const gl_tensor *g, gl_tensor *square_avg,
+                      gl_tensor *grad_avg, gl_tensor *buf, double lr, double alpha, double eps,
+                      double weight_decay, double momentum, int maximize) {
+  CHECK(check_like("rmsprop", p, g, "the gradient"));
+  CHECK(check_like("rmsprop", p, square_avg, "square_avg"));
+  if (grad_avg) CHECK(check_like("rmsprop", p, grad_avg, "grad_avg"));
+  if (momentum > 0) CHECK(check_like("rmsprop", p, buf, "momentum_buffer"));
+  const float a = (float)alpha, ca = (float)(1.0 - alpha), feps = (float)eps;
+  const float wd = (float)weight_decay, mom = (float)momentum, neg_lr = (float)(-lr);
+  float *pd = p->data, *s = square_avg->data;
+  float *ga = grad_avg ? grad_avg->data : NULL, *bd = momentum > 0 ? buf->data : NULL;
+  const float *gd = g->data;
+  for (size_t i = 0; i < p->numel; i++) {
+    float gi = maximize ? -gd[i] : gd[i];
+    if (weight_decay != 0) gi = gi + wd * pd[i];
+    float si = s[i] * a + ca * gi * gi;
+    s[i] = si;
+    float avg;
+    if (ga) {
+      float gai = ga[i] * a + ca * gi;
+      ga[i] = gai;
+      avg = sqrtf(si + -1.0f * gai * gai);
+    } else {
+      avg = sqrtf(si);
+    }
+    avg = avg + feps;
+    if (bd) {
+      float b = bd[i] * mom + 1.0f * gi / avg;
+      bd[i] = b;
+      pd[i] = pd[i] + neg_lr * b;
+    } else {
+      pd[i] = pd[i] + neg_lr * gi / avg;
+    }
+  }
+  p->version++;
+  square_avg->version++;
+  if (grad_avg) grad_avg->version++;
+  if (bd) buf->version++;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* AdaDelta:  g = g + wd*p;  s = rho*s + (1-rho)*g*g
+ *   delta = sqrt(u + eps) / sqrt(s + eps) * g;  u = rho*u + (1-rho)*delta*delta;
+ *   p -= lr*delta
+ * (s: square_avg, u: acc_delta) */
+
+int gl_adadelta_update(gl_tensor *p, const gl_tensor *g, gl_tensor *square_avg,
+                       gl_tensor *acc_delta, double lr, double rho, double eps,
+                       double weight_decay, int maximize) {
+  CHECK(check_like("adadelta", p, g, "the gradient"));
+  CHECK(check_like("adadelta", p, square_avg, "square_avg"));
+  CHECK(check_like("adadelta", p, acc_delta, "acc_delta"));
+  const float r = (float)rho, cr = (float)(1.0 - rho), feps = (float)eps;
+  const float wd = (float)weight_decay, neg_lr = (float)(-lr);
+  float *pd = p->data, *s = square_avg->data, *u = acc_delta->data;
+  const float *gd = g->data;
+  for (size_t i = 0; i < p->numel; i++) {
+    float gi = maximize ? -gd[i] : gd[i];
+    if (weight_decay != 0) gi = gi + wd * pd[i];
+    float si = s[i] * r + cr * gi * gi;
+    s[i] = si;
+    float std = sqrtf(si + feps);
+    float delta = sqrtf(u[i] + feps) / std * gi;
+    u[i] = u[i] * r + cr * delta * delta;
+    pd[i] = pd[i] + neg_lr * delta;
+  }
+  p->version++;
+  square_avg->version++;
+  acc_delta->version++;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adagrad at step t (1-based, already counted):
+ *   g = g + wd*p;  clr = lr / (1 + (t-1)*lr_decay);  sum += g*g;  p -= clr * g / (sqrt(sum) + eps) */
+
+int gl_adagrad_update(gl_tensor *p, const gl_tensor *g, gl_tensor *sum, int64_t step, double lr,
+                      double lr_decay, double eps, double weight_decay, int maximize) {
+  CHECK(check_like("adagrad", p, g, "the gradient"));
+  CHECK(check_like("adagrad", p, sum, "sum"));
+  if (step < 1) return gl_fail(GL_EARG, "adagrad: step %lld must be >= 1", (long long)step);
+  const double clr = lr / (1.0 + (double)(step - 1) * lr_decay);
+  const float neg_clr = (float)(-clr), feps = (float)eps, wd = (float)weight_decay;
+  float *pd = p->data, *s = sum->data;
+  const float *gd = g->data;
+  for (size_t i = 0; i < p->numel; i++) {
+    float gi = maximize ? -gd[i] : gd[i];
+    if (weight_decay != 0) gi = gi + wd * pd[i];
+    float si = s[i] + 1.0f * gi * gi;
+    s[i] = si;
+    float std = sqrtf(si) + feps;
+    pd[i] = pd[i] + neg_clr * gi / std;
+  }
+  p->version++;
+  sum->version++;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* gradient clipping */
+
+/* The norm of all n tensors taken together as one vector: (sum |x|^q)^(1/q); q = inf: max |x|.
+ * Accumulated in double.  q must be > 0 (or inf). */
+int gl_grads_norm(double *out, int n, gl_tensor *const *ts, double norm_type) {
+  if (!(norm_type > 0) || isnan(norm_type))
+    return gl_fail(GL_EARG, "clip_grad_norm: norm_type %g must be > 0 (or inf)", norm_type);
+  double acc = 0;
+  int inf_norm = isinf(norm_type);
+  for (int k = 0; k < n; k++) {
+    const gl_tensor *t = ts[k];
+    if (!t) continue;
+    const float *d = t->data;
+    if (inf_norm) {
+      for (size_t i = 0; i < t->numel; i++) {
+        double a = fabs((double)d[i]);
+        if (a > acc || isnan(a)) acc = a;
+      }
+    } else if (norm_type == 2) {
+      for (size_t i = 0; i < t->numel; i++) acc += (double)d[i] * (double)d[i];
+    } else if (norm_type == 1) {
+      for (size_t i = 0; i < t->numel; i++) acc += fabs((double)d[i]);
+    } else {
+      for (size_t i = 0; i < t->numel; i++) acc += pow(fabs((double)d[i]), norm_type);
+    }
+  }
+  if (inf_norm || norm_type == 1) *out = acc;
+  else if (norm_type == 2) *out = sqrt(acc);
+  else *out = pow(acc, 1.0 / norm_type);
+  return GL_OK;
+}
+
+/* Scale the gradients so that their joint norm is at most max_norm:
+ *   coef = max_norm / (total + 1e-6);  g *= min(coef, 1)
+ * *total gets the norm before clipping.  The coefficient is formed in float, as PyTorch's
+ * clip_grad_norm_ forms it from a float32 norm. */
+int gl_clip_grad_norm(double *total, int n, gl_tensor *const *grads, double max_norm,
+                      double norm_type) {
+  double norm;
+  CHECK(gl_grads_norm(&norm, n, grads, norm_type));
+  if (total) *total = norm;
+  float coef = (float)max_norm / ((float)norm + 1e-6f);
+  if (coef >= 1.0f) return GL_OK;      /* multiplying by 1 changes nothing; NaN scales, as in PyTorch */
+  for (int k = 0; k < n; k++) {
+    gl_tensor *t = grads[k];
+    if (!t) continue;
+    for (size_t i = 0; i < t->numel; i++) t->data[i] *= coef;
+    t->version++;
+  }
+  return GL_OK;
+}
+
+/* Clamp every gradient entry into [-clip, clip] (NaN stays NaN). */
+int gl_clip_grad_value(int n, gl_tensor *const *grads, double clip) {
+  if (!(clip >= 0))
+    return gl_fail(GL_EARG, "clip_grad_value: clip value %g must be >= 0", clip);
+  const float hi = (float)clip, lo = -hi;
+  for (int k = 0; k < n; k++) {
+    gl_tensor *t = grads[k];
+    if (!t) continue;
+    for (size_t i = 0; i < t->numel; i++) {
+      float v = t->data[i];
+      t->data[i] = v < lo ? lo : (v > hi ? hi : v);
+    }
+    t->version++;
+  }
+  return GL_OK;
+}
