@@ -22,7 +22,7 @@ local function run_one(file)
   local ok, suites = pcall(chunk)
   if not ok then
     io.stderr:write(file .. ": " .. tostring(suites) .. "\n")
-    print("RESULT 0 1")
+    print("RESULT 0 1 0")
     return 1
   end
   local name = file:match("([^/]+)%.lua$")
@@ -43,7 +43,8 @@ local function run_one(file)
   runner:runSuiteByInstances(instances)
   local r = runner.result
   local failed = r.failureCount + r.errorCount
-  print(string.format("RESULT %d %d", r.runCount - failed, failed))
+  local skipped = r.skippedCount or 0
+  print(string.format("RESULT %d %d %d", r.runCount - failed - skipped, failed, skipped))
   return failed
 end
 
@@ -71,7 +72,7 @@ local exe = arg[-1] or "glimpse"
 local patterns = {}
 for i = 1, #arg do patterns[#patterns + 1] = arg[i] end
 local files = list_suites(patterns)
-local passed, failed = 0, 0
+local passed, failed, skipped = 0, 0, 0
 local t0 = os.time()
 for _, f in ipairs(files) do
   io.write(string.format("== %s\n", f))
@@ -79,17 +80,21 @@ for _, f in ipairs(files) do
   local p = io.popen(string.format("%q tests/run.lua --one %q 2>&1", exe, f))
   local got
   for line in p:lines() do
-    local a, b = line:match("^RESULT (%d+) (%d+)$")
-    if a then got = {tonumber(a), tonumber(b)} else print(line) end
+    local a, b, c = line:match("^RESULT (%d+) (%d+) (%d+)$")
+    if a then got = {tonumber(a), tonumber(b), tonumber(c)} else print(line) end
   end
   local _, how, code = p:close()
   if got then
-    passed, failed = passed + got[1], failed + got[2]
+    passed, failed, skipped = passed + got[1], failed + got[2], skipped + got[3]
   else
     failed = failed + 1
     print(string.format("!! %s died (%s %s) before reporting", f, tostring(how), tostring(code)))
   end
 end
 print(string.format("ran %d suites in %d s", #files, os.time() - t0))
-print(string.format("%d passed, %d failed", passed, failed))
+if skipped > 0 then
+  print(string.format("%d passed, %d failed, %d skipped", passed, failed, skipped))
+else
+  print(string.format("%d passed, %d failed", passed, failed))
+end
 os.exit((failed == 0 and passed > 0) and 0 or 1)
