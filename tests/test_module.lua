@@ -1,0 +1,56 @@
+-- tests/test_module.lua -- the module loads into a stock lua5.4 with require "glimpse", gets
+-- the same BLAS core as the executable, and finds its Lua sub-modules.
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+
+local T = {}
+
+local function build_dir()
+  local exe = arg and arg[-1] or "build/glimpse"
+  return exe:match("^(.*)/[^/]*$") or "."
+end
+
+local function run_stock(code)
+  local cmd = string.format(
+    "LUA_CPATH=%q LUA_PATH=%q lua5.4 -e %q 2>&1",
+    build_dir() .. "/?.so;;", "bindings/?.lua;./?.lua;;", code)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+local function stock_usable()
+  if os.getenv("GLIMPSE_SANITIZED") then
+    lu.skip("a sanitized glimpse.so cannot load into an uninstrumented lua5.4")
+  end
+  local f = io.open(build_dir() .. "/glimpse.so")
+  if not f then lu.skip("no glimpse.so next to the executable") end
+  f:close()
+end
+
+function T.test_stock_lua_requires_the_module_and_computes()
+  stock_usable()
+  local ok, out = run_stock([[local g = require "glimpse"
+    local x = g.tensor({{1, 2}, {3, 4}})
+    io.write(x:matmul(x):sum():item())]])
+  lu.assertTrue(ok, out)
+  lu.assertEquals(tonumber(out), 54)
+end
+
+function T.test_stock_lua_gets_the_same_blas_core_as_the_executable()
+  stock_usable()
+  local ok, out = run_stock([[io.write(require("glimpse").blas_info().core)]])
+  lu.assertTrue(ok, out)
+  lu.assertEquals(out, glimpse.blas_info().core)
+end
+
+function T.test_stock_lua_finds_lua_submodules()
+  stock_usable()
+  local ok, out = run_stock([[local g = require "glimpse"
+    io.write(tostring(g.gradcheck(function(a) return a:tanh() end, {g.randn(3):requires_grad()})))]])
+  lu.assertTrue(ok, out)
+  lu.assertEquals(out, "true")
+end
+
+return T
