@@ -8,7 +8,7 @@ BUILD    ?= build
 PREFIX   ?= /usr/local
 LUA_VER  := 5.4
 CC       ?= cc
-OPT      ?= -O3 -march=native
+OPT      ?= -O3 -march=native -fno-math-errno
 CFLAGS   ?= $(OPT) -g
 WARN     := -std=c11 -Wall -Wextra -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L
 LUA_INC  := -I/usr/include/lua$(LUA_VER)
@@ -92,3 +92,10 @@ check-warnings:
 
 clean:
 	rm -rf build build-asan build-warn
+
+# side-by-side benchmark against PyTorch 1.13 on the CPU (needs python3-torch for /usr/bin/python3)
+bench: all
+	@dpkg-query -W -f='$${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch; \
+	  else echo "python3-torch is missing (run as root or install it)"; exit 1; fi; }
+	$(BUILD)/glimpse bench/run.lua $(BENCH_ARGS)

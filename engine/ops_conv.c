@@ -329,6 +329,47 @@ static int pool_check(const char *op, const gl_tensor *x, conv_geom *g, int kh, 
 }
 
 /* ------------------------------------------------------------------------ */
+/* the common 2x2 window with stride 2 and no padding, one output row at a time, written
+ * so the compiler vectorises it (the general loops spend most of their time on window
+ * bookkeeping).  r0, r1: the two input rows; base: r0's in-plane offset. */
+
+static int is_2x2(const conv_geom *g) {
+  return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
+}
+
+/* max with the first maximum in scan order (a, b, c, d) on ties; returns nonzero when the
+ * row holds a NaN (the caller redoes it the general way, which propagates NaN) */
+static int max2x2_row(const float *r0, const float *r1, int W, int Wo, int base, float *y,
+                      float *arg) {
+  int nan = 0;
+  if (!arg) {
+    for (int ox = 0; ox < Wo; ox++) {
+      float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+      nan |= (a != a) | (b != b) | (c != c) | (d != d);
+      float m1 = b > a ? b : a, m2 = d > c ? d : c;
+      y[ox] = m2 > m1 ? m2 : m1;
+    }
+    return nan;
+  }
+  /* the index as float selects (exact below 2^24), which vectorise like the values */
+  float fw = (float)W, fbase = (float)base;
+  for (int ox = 0; ox < Wo; ox++) {
+    float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+    nan |= (a != a) | (b != b) | (c != c) | (d != d);
+    float m1 = b > a ? b : a, m2 = d > c ? d : c;
+    float o1 = b > a ? 1.0f : 0.0f, o2 = d > c ? fw + 1.0f : fw;
+    y[ox] = m2 > m1 ? m2 : m1;
+    arg[ox] = fbase + (float)(2 * ox) + (m2 > m1 ? o2 : o1);
+  }
+  return nan;
+}
+
+static void avg2x2_row(const float *r0, const float *r1, int Wo, float *y) {
+  for (int ox = 0; ox < Wo; ox++)
+    y[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) * 0.25f;
+}
+
+/* ------------------------------------------------------------------------ */
 /* max_pool2d: x (B,C,H,W) -> y (B,C,Ho,Wo), y = max over the window (padding never wins);
  * the flat in-plane index of each maximum is kept (first one on ties).
  * backward of y[p] = x[argmax(p)]:  dx[argmax(p)] += dy[p] */
@@ -336,63 +377,83 @@ static int pool_check(const char *op, const gl_tensor *x, conv_geom *g, int kh, 
 static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *gx = gl_grad_of(n, 0);
   if (!gx) return GL_OK;
-  const int32_t *arg = n->ctx;
+  const float *arg = n->saved[0]->data;
   const gl_tensor *x = n->in[0];
   size_t planes = (size_t)x->shape[0] * x->shape[1], plane = (size_t)x->shape[2] * x->shape[3];
   size_t hwo = gout[0]->numel / (planes ? planes : 1);
   const float *dy = gout[0]->data;
   for (size_t p = 0; p < planes; p++)
-    for (size_t k = 0; k < hwo; k++) gx->data[p * plane + (size_t)arg[p * hwo + k]] += dy[p * hwo + k];
+    for (size_t k = 0; k < hwo; k++)
+      gx->data[p * plane + (size_t)arg[p * hwo + k]] += dy[p * hwo + k];
   return GL_OK;
 }
 
 static const gl_op op_max_pool2d = {"max_pool2d", max_pool2d_backward};
 
+/* The in-plane index of each maximum is kept as a float (a tensor from the caching
+ * allocator, saved with the node); floats hold integers exactly up to 2^24. */
+#define POOL_MAX_PLANE (1 << 24)
+
 int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
                   int pw) {
+  char b1[128];
   conv_geom g;
   int st = pool_check("max_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
   if (st) return st;
-  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) return st;
+  if ((size_t)g.H * g.W > POOL_MAX_PLANE)
+    return gl_fail(GL_ESHAPE, "max_pool2d: input %s: planes of more than %d pixels are not "
+                              "supported", SHAPE(b1, x), POOL_MAX_PLANE);
   size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
-  int32_t *arg = NULL;
-  int grad = gl_needs_grad(1, &x);
-  if (grad && !(arg = malloc(sizeof(int32_t) * (planes * hwo > 0 ? planes * hwo : 1)))) {
-    gl_release(*out);
-    *out = NULL;
-    return gl_fail(GL_ENOMEM, "max_pool2d: out of memory for the indices");
+  gl_tensor *idx = NULL;
+  if (gl_needs_grad(1, &x) && (st = gl_empty(&idx, 4, (int[]){g.B, g.C, g.Ho, g.Wo})))
+    return st;
+  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) {
+    gl_release(idx);
+    return st;
   }
-  float *y = (*out)->data;
+  float *y = (*out)->data, *arg = idx ? idx->data : NULL;
   for (size_t p = 0; p < planes; p++) {
     const float *xp = x->data + p * plane;
-    for (int oy = 0; oy < g.Ho; oy++)
+    for (int oy = 0; oy < g.Ho; oy++) {
+      size_t o = p * hwo + (size_t)oy * g.Wo;
+      if (is_2x2(&g) && !max2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.W, g.Wo,
+                                    2 * oy * g.W, y + o, arg ? arg + o : NULL))
+        continue;
       for (int ox = 0; ox < g.Wo; ox++) {
         int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
         int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
         int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
+        /* branch-free selects (random data mispredicts an if); NaNs are noted and handled
+         * after the window, so the hot loop stays a max */
         float best = -INFINITY;
-        int bi = ya * g.W + xa;
-        for (int iy = ya; iy < yb; iy++)
+        int bi = ya * g.W + xa, nan = 0;
+        for (int iy = ya; iy < yb; iy++) {
+          const float *row = xp + iy * g.W;
           for (int ix = xa; ix < xb; ix++) {
-            float v = xp[iy * g.W + ix];
-            if (v > best || isnan(v)) {
-              best = v;
-              bi = iy * g.W + ix;
-              if (isnan(v)) goto found;   /* NaN propagates, as in PyTorch */
-            }
+            float v = row[ix];
+            int gt = v > best;
+            bi = gt ? iy * g.W + ix : bi;
+            best = gt ? v : best;
+            nan |= v != v;
           }
-      found:
-        y[p * hwo + (size_t)oy * g.Wo + ox] = best;
-        if (arg) arg[p * hwo + (size_t)oy * g.Wo + ox] = bi;
+        }
+        if (nan) /* NaN propagates, as in PyTorch: the first NaN of the window wins */
+          for (int iy = ya; iy < yb && nan; iy++)
+            for (int ix = xa; ix < xb; ix++)
+              if (xp[iy * g.W + ix] != xp[iy * g.W + ix]) {
+                best = xp[iy * g.W + ix];
+                bi = iy * g.W + ix;
+                nan = 0;
+                break;
+              }
+        y[o + ox] = best;
+        if (arg) arg[o + ox] = (float)bi;
       }
+    }
   }
   gl_node *n = gl_record(&op_max_pool2d, 1, &x, 1, out);
-  if (n) {
-    n->ctx = arg;
-    n->ctx_free = free;
-  } else {
-    free(arg);
-  }
+  gl_save(n, idx);
+  gl_release(idx);
   return GL_OK;
 }
 
@@ -436,7 +497,12 @@ int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
   float *y = (*out)->data;
   for (size_t p = 0; p < planes; p++) {
     const float *xp = x->data + p * plane;
-    for (int oy = 0; oy < g.Ho; oy++)
+    for (int oy = 0; oy < g.Ho; oy++) {
+      if (is_2x2(&g)) {
+        avg2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.Wo,
+                   y + p * hwo + (size_t)oy * g.Wo);
+        continue;
+      }
       for (int ox = 0; ox < g.Wo; ox++) {
         int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
         int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
@@ -446,6 +512,7 @@ int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
           for (int ix = xa; ix < xb; ix++) s += xp[iy * g.W + ix];
         y[p * hwo + (size_t)oy * g.Wo + ox] = s * inv;
       }
+    }
   }
   gl_node *n = gl_record(&op_avg_pool2d, 1, &x, 1, out);
   if (n) geom_to_node(n, &g);

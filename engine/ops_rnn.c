@@ -34,7 +34,9 @@
 
 static inline float rnn_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  float n = floorf(x * 1.44269504088896341f + 0.5f);      /* x = n ln2 + r, |r| <= ln2/2 */
+  /* x = n ln2 + r, |r| <= ln2/2; n rounded by the 1.5*2^23 trick, which (unlike floorf)
+   * vectorises */
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;    /* ln2 split in two for accuracy */
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -43,7 +45,7 @@ static inline float rnn_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;                /* 2^n, n in [-126, 127] */
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;    /* 2^n, n in [-126, 127] */
   float s;
   memcpy(&s, &bits, sizeof s);
   return p * s;
@@ -85,7 +87,6 @@ typedef struct {
 /* gates of the kind, in units of H (rows of W_hh), and saved activation widths */
 static const int kind_gates[RNN_KINDS] = {1, 1, 4, 3};
 static const int kind_saved[RNN_KINDS] = {1, 1, 4, 4};
-static const char *const kind_name[RNN_KINDS] = {"rnn_tanh", "rnn_relu", "lstm", "gru"};
 
 static inline int row_active(const rnn_run *r, int b, int t) {
   return !r->mask || r->mask[(size_t)b * r->T + t] != 0.0f;
@@ -131,21 +132,37 @@ static void rnn_step_forward(rnn_run *r, int t, float *a, size_t lda) {
 }
 
 /* dh: in, d(loss)/d(state after step t) without the output term; out, the direct part of
- * d/d(state before t) (0 here: h reaches h' only through W_hh, added by the caller's sgemm) */
+ * d/d(state before t) (0 here: h reaches h' only through W_hh, added by the caller's sgemm).
+ * The row kernels take restrict pointers so the loops vectorise. */
+static void rnn_row_backward(int H, int relu, const float *restrict a, float *restrict dh,
+                             float *restrict g) {
+  for (int j = 0; j < H; j++) {
+    g[j] = relu ? (a[j] > 0.0f ? dh[j] : 0.0f) : dh[j] * (1.0f - a[j] * a[j]);
+    dh[j] = 0.0f;
+  }
+}
+
+/* dh += dy[:, t] for the active rows: the output's gradient joins the state's */
+static void add_output_grad(const rnn_run *r, int t, const float *dy, float *dh) {
+  if (!dy) return;
+  int H = r->H;
+  for (int b = 0; b < r->B; b++) {
+    if (!row_active(r, b, t)) continue;
+    const float *restrict gy = dy + ((size_t)b * r->T + t) * H;
+    float *restrict d = dh + (size_t)b * H;
+    for (int j = 0; j < H; j++) d[j] += gy[j];
+  }
+}
+
 static void rnn_step_backward(const rnn_run *r, int t, const float *dy, float *dh, float *dc,
                               float *dgx, float *dgh, const float *hprev, const float *cprev) {
   (void)dc; (void)dgh; (void)hprev; (void)cprev;
   int H = r->H, T = r->T, relu = r->kind == RNN_RELU;
+  add_output_grad(r, t, dy, dh);
   for (int b = 0; b < r->B; b++) {
     if (!row_active(r, b, t)) continue;
-    const float *a = r->A + ((size_t)b * T + t) * H;
-    const float *gy = dy ? dy + ((size_t)b * T + t) * H : NULL;
-    float *g = dgx + ((size_t)b * T + t) * H, *d = dh + (size_t)b * H;
-    for (int j = 0; j < H; j++) {
-      float dt = d[j] + (gy ? gy[j] : 0.0f);
-      g[j] = relu ? (a[j] > 0.0f ? dt : 0.0f) : dt * (1.0f - a[j] * a[j]);
-      d[j] = 0.0f;
-    }
+    size_t bt = (size_t)b * T + t;
+    rnn_row_backward(H, relu, r->A + bt * H, dh + (size_t)b * H, dgx + bt * H);
   }
 }
 
@@ -159,28 +176,51 @@ static void rnn_step_backward(const rnn_run *r, int t, const float *dy, float *d
  *   di = dc'_tot g;  df = dc'_tot c;  dg = dc'_tot i;   dc = dc'_tot f
  *   dG = [di i(1-i), df f(1-f), dg (1-g^2), do o(1-o)];  dxp = dG;  dh = dG W_hh */
 
+static void lstm_row_forward(int H, float *restrict ai, float *restrict af, float *restrict ag,
+                             float *restrict ao, float *restrict c, float *restrict h) {
+  for (int j = 0; j < H; j++) {
+    float i = rnn_sigmoid(ai[j]), f = rnn_sigmoid(af[j]), g = rnn_tanh(ag[j]);
+    float o = rnn_sigmoid(ao[j]);
+    float cn = f * c[j] + i * g;
+    ai[j] = i;
+    af[j] = f;
+    ag[j] = g;
+    ao[j] = o;
+    c[j] = cn;
+    h[j] = o * rnn_tanh(cn);
+  }
+}
+
 static void lstm_step_forward(rnn_run *r, int t, float *a, size_t lda) {
   int B = r->B, H = r->H;
   fill_input_part(r, t, a, lda);
   gl_sgemm(0, 1, B, 4 * H, H, 1.0f, r->h, H, r->w, H, 1.0f, a, (int)lda);
   for (int b = 0; b < B; b++) {
-    float *ar = a + (size_t)b * lda;
-    float *h = r->h + (size_t)b * H, *c = r->c + (size_t)b * H;
+    float *ar = a + (size_t)b * lda, *h = r->h + (size_t)b * H;
     float *y = r->y ? r->y + ((size_t)b * r->T + t) * H : NULL;
     if (!row_active(r, b, t)) {
       if (y) memset(y, 0, sizeof(float) * (size_t)H);
       continue;
     }
-    float *ai = ar, *af = ar + H, *ag = ar + 2 * H, *ao = ar + 3 * H;
-    for (int j = 0; j < H; j++) {
-      float i = rnn_sigmoid(ai[j]), f = rnn_sigmoid(af[j]), g = rnn_tanh(ag[j]);
-      float o = rnn_sigmoid(ao[j]);
-      float cn = f * c[j] + i * g;
-      ai[j] = i; af[j] = f; ag[j] = g; ao[j] = o;
-      c[j] = cn;
-      h[j] = o * rnn_tanh(cn);
-    }
+    lstm_row_forward(H, ar, ar + H, ar + 2 * H, ar + 3 * H, r->c + (size_t)b * H, h);
     if (y) memcpy(y, h, sizeof(float) * (size_t)H);
+  }
+}
+
+static void lstm_row_backward(int H, const float *restrict i, const float *restrict f,
+                              const float *restrict g, const float *restrict o,
+                              const float *restrict cp, float *restrict dh, float *restrict dc,
+                              float *restrict gi, float *restrict gf, float *restrict gg,
+                              float *restrict go) {
+  for (int j = 0; j < H; j++) {
+    float tc = rnn_tanh(f[j] * cp[j] + i[j] * g[j]);
+    float dct = dc[j] + dh[j] * o[j] * (1.0f - tc * tc);
+    gi[j] = dct * g[j] * i[j] * (1.0f - i[j]);
+    gf[j] = dct * cp[j] * f[j] * (1.0f - f[j]);
+    gg[j] = dct * i[j] * (1.0f - g[j] * g[j]);
+    go[j] = dh[j] * tc * o[j] * (1.0f - o[j]);
+    dc[j] = dct * f[j];
+    dh[j] = 0.0f;
   }
 }
 
@@ -188,24 +228,14 @@ static void lstm_step_backward(const rnn_run *r, int t, const float *dy, float *
                                float *dgx, float *dgh, const float *hprev, const float *cprev) {
   (void)dgh; (void)hprev;
   int H = r->H, T = r->T;
+  add_output_grad(r, t, dy, dh);
   for (int b = 0; b < r->B; b++) {
     if (!row_active(r, b, t)) continue;
     size_t bt = (size_t)b * T + t;
-    const float *a = r->A + bt * 4 * H, *cp = cprev + bt * H;
-    const float *gy = dy ? dy + bt * H : NULL;
-    float *g = dgx + bt * 4 * H, *dhb = dh + (size_t)b * H, *dcb = dc + (size_t)b * H;
-    for (int j = 0; j < H; j++) {
-      float i = a[j], f = a[H + j], gg = a[2 * H + j], o = a[3 * H + j];
-      float tc = rnn_tanh(f * cp[j] + i * gg);
-      float dht = dhb[j] + (gy ? gy[j] : 0.0f);
-      float dct = dcb[j] + dht * o * (1.0f - tc * tc);
-      g[j] = dct * gg * i * (1.0f - i);
-      g[H + j] = dct * cp[j] * f * (1.0f - f);
-      g[2 * H + j] = dct * i * (1.0f - gg * gg);
-      g[3 * H + j] = dht * tc * o * (1.0f - o);
-      dcb[j] = dct * f;
-      dhb[j] = 0.0f;
-    }
+    const float *a = r->A + bt * 4 * H;
+    float *g = dgx + bt * 4 * H;
+    lstm_row_backward(H, a, a + H, a + 2 * H, a + 3 * H, cprev + bt * H, dh + (size_t)b * H,
+                      dc + (size_t)b * H, g, g + H, g + 2 * H, g + 3 * H);
   }
 }
 
@@ -217,6 +247,23 @@ static void lstm_step_backward(const rnn_run *r, int t, const float *dy, float *
  * backward: dn = dh' (1-z);  dz = dh' (h - n);  dan = dn (1 - n^2)
  *   dxp = [dr r(1-r), dz z(1-z), dan] with dr = dan hn
  *   d[hr hz hn] = [dr r(1-r), dz z(1-z), dan r];   dh = dh' z + d[hr hz hn] W_hh */
+
+static void gru_row_forward(int H, const float *restrict xr, const float *restrict xz,
+                            const float *restrict xn, const float *restrict hr,
+                            const float *restrict hz, const float *restrict hn,
+                            float *restrict ar, float *restrict az, float *restrict an,
+                            float *restrict ahn, float *restrict h) {
+  for (int j = 0; j < H; j++) {
+    float r = rnn_sigmoid(xr[j] + hr[j]);
+    float z = rnn_sigmoid(xz[j] + hz[j]);
+    float n = rnn_tanh(xn[j] + r * hn[j]);
+    ar[j] = r;
+    az[j] = z;
+    an[j] = n;
+    ahn[j] = hn[j];
+    h[j] = (1.0f - z) * n + z * h[j];
+  }
+}
 
 static void gru_step_forward(rnn_run *r, int t, float *a, size_t lda) {
   int B = r->B, H = r->H, G = 3 * H;
@@ -236,15 +283,28 @@ static void gru_step_forward(rnn_run *r, int t, float *a, size_t lda) {
     }
     const float *x = r->xp + ((size_t)b * r->T + t) * G, *hb = hp + (size_t)b * G;
     float *ar = a + (size_t)b * lda;
-    for (int j = 0; j < H; j++) {
-      float rr = rnn_sigmoid(x[j] + hb[j]);
-      float z = rnn_sigmoid(x[H + j] + hb[H + j]);
-      float hn = hb[2 * H + j];
-      float n = rnn_tanh(x[2 * H + j] + rr * hn);
-      ar[j] = rr; ar[H + j] = z; ar[2 * H + j] = n; ar[3 * H + j] = hn;
-      h[j] = (1.0f - z) * n + z * h[j];
-    }
+    gru_row_forward(H, x, x + H, x + 2 * H, hb, hb + H, hb + 2 * H, ar, ar + H, ar + 2 * H,
+                    ar + 3 * H, h);
     if (y) memcpy(y, h, sizeof(float) * (size_t)H);
+  }
+}
+
+static void gru_row_backward(int H, const float *restrict r, const float *restrict z,
+                             const float *restrict n, const float *restrict hn,
+                             const float *restrict hp, float *restrict dh,
+                             float *restrict gxr, float *restrict gxz, float *restrict gxn,
+                             float *restrict ghr, float *restrict ghz, float *restrict ghn) {
+  for (int j = 0; j < H; j++) {
+    float dan = dh[j] * (1.0f - z[j]) * (1.0f - n[j] * n[j]);
+    float dar = dan * hn[j] * r[j] * (1.0f - r[j]);
+    float daz = dh[j] * (hp[j] - n[j]) * z[j] * (1.0f - z[j]);
+    gxr[j] = dar;
+    gxz[j] = daz;
+    gxn[j] = dan;
+    ghr[j] = dar;
+    ghz[j] = daz;
+    ghn[j] = dan * r[j];
+    dh[j] *= z[j];
   }
 }
 
@@ -252,22 +312,14 @@ static void gru_step_backward(const rnn_run *r, int t, const float *dy, float *d
                               float *dgx, float *dgh, const float *hprev, const float *cprev) {
   (void)dc; (void)cprev;
   int H = r->H, T = r->T, G = 3 * H;
+  add_output_grad(r, t, dy, dh);
   for (int b = 0; b < r->B; b++) {
     if (!row_active(r, b, t)) continue;
     size_t bt = (size_t)b * T + t;
-    const float *a = r->A + bt * 4 * H, *hp = hprev + bt * H;
-    const float *gy = dy ? dy + bt * H : NULL;
-    float *gx = dgx + bt * G, *gh = dgh + bt * G, *dhb = dh + (size_t)b * H;
-    for (int j = 0; j < H; j++) {
-      float rr = a[j], z = a[H + j], n = a[2 * H + j], hn = a[3 * H + j];
-      float dht = dhb[j] + (gy ? gy[j] : 0.0f);
-      float dan = dht * (1.0f - z) * (1.0f - n * n);
-      float dar = dan * hn * rr * (1.0f - rr);
-      float daz = dht * (hp[j] - n) * z * (1.0f - z);
-      gx[j] = dar; gx[H + j] = daz; gx[2 * H + j] = dan;
-      gh[j] = dar; gh[H + j] = daz; gh[2 * H + j] = dan * rr;
-      dhb[j] = dht * z;
-    }
+    const float *a = r->A + bt * 4 * H;
+    float *gx = dgx + bt * G, *gh = dgh + bt * G;
+    gru_row_backward(H, a, a + H, a + 2 * H, a + 3 * H, hprev + bt * H, dh + (size_t)b * H,
+                     gx, gx + H, gx + 2 * H, gh, gh + H, gh + 2 * H);
   }
 }
 
@@ -360,7 +412,6 @@ static int check_args(const char *op, int kind, int seq, const gl_tensor *xp,
                       const gl_tensor *h0, const gl_tensor *c0, const gl_tensor *w,
                       const gl_tensor *bias, const gl_tensor *mask, int *B, int *T, int *H) {
   char s1[128], s2[128];
-  if (kind < 0 || kind >= RNN_KINDS) return gl_fail(GL_EARG, "%s: unknown cell kind %d", op, kind);
   int gates = kind_gates[kind];
   if (!xp || !w) return gl_fail(GL_EARG, "%s: the input projection and w_hh are required", op);
   if (w->ndim != 2 || w->shape[0] != gates * w->shape[1])
@@ -394,9 +445,8 @@ static int check_args(const char *op, int kind, int seq, const gl_tensor *xp,
 static int rnn_run_op(int kind, int seq, gl_tensor **y, gl_tensor **h_n, gl_tensor **c_n,
                       gl_tensor *xp, gl_tensor *h0, gl_tensor *c0, gl_tensor *w,
                       gl_tensor *bias, gl_tensor *mask, int reverse) {
-  const char *op = seq ? op_seq[kind < 0 || kind >= RNN_KINDS ? 0 : kind].name
-                       : op_cell[kind < 0 || kind >= RNN_KINDS ? 0 : kind].name;
-  int B, T, H;
+  const char *op = seq ? op_seq[kind].name : op_cell[kind].name;   /* kind comes from below */
+  int B = 0, T = 0, H = 0;
   int st = check_args(op, kind, seq, xp, h0, c0, w, bias, mask, &B, &T, &H);
   if (st) return st;
   if ((st = gl_blas_init())) return st;

@@ -1,0 +1,153 @@
+--- bench/run.lua -- the side-by-side benchmark driver: glimpse against PyTorch 1.13 (CPU).
+--
+-- Usage: glimpse bench/run.lua [--quick] [--only W1]
+-- For each workload it runs the glimpse side (bench/glimpse_workloads.lua, in a fresh glimpse
+-- process) and the PyTorch side (bench/torch_workloads.py under /usr/bin/python3, which has
+-- python3-torch) alternately, ROUNDS times each, one process per workload per side per round.
+-- The first glimpse run saves its seeded initial weights and inputs to a temporary
+-- safetensors file that the PyTorch side loads, so both first-step losses come from the same
+-- numbers; they must agree to LOSS_RTOL.  Each side reports JSON lines; the best ms/step over
+-- the rounds is kept (PyTorch's is already its best over 1 and 2 threads), peak resident
+-- memory (VmHWM) is the largest seen.  Prints a table and writes bench/results.json.
+-- A workload whose glimpse side fails is listed as skipped with its error.
+local cjson = require "cjson"
+
+local LOSS_RTOL = 1e-4
+local PYTHON = "/usr/bin/python3"
+
+local quick, only = false, nil
+do
+  local i = 1
+  while i <= #arg do
+    if arg[i] == "--quick" then quick = true
+    elseif arg[i] == "--only" then only = arg[i + 1]; i = i + 1
+    else error("usage: glimpse bench/run.lua [--quick] [--only W]", 0) end
+    i = i + 1
+  end
+end
+
+local GLIMPSE = arg[-1] or "build/glimpse"
+local ROUNDS = quick and 1 or 2
+
+-- name, description, timed steps (full, quick), forward+backward FLOPs per step (or nil)
+local function fl_decoder(B, T, L, demb, dmem, hid, att, V)
+  local per = 2 * B * ((demb + dmem) * 4 * hid + hid * 4 * hid) -- LSTM cell
+            + 2 * B * hid * att                                   -- query
+            + 4 * B * L * att + 2 * B * L * dmem                  -- scores, context
+            + 2 * B * (hid + dmem) * V                            -- output layer
+  return T * per + 2 * B * L * dmem * att                         -- keys once
+end
+local WORKLOADS = {
+  {name = "W1", what = "seq2seq BiLSTM+additive attention, B64 T20", steps = {10, 3},
+   flops = 3 * (2 * (2 * 64 * 20 * (64 + 128) * 512) + fl_decoder(64, 20, 20, 64, 256, 256, 256, 32))},
+  {name = "W2", what = "CNN captioner 64x64, 8x8 grid attention, B32 T8", steps = {10, 3},
+   flops = 3 * (2 * 32 * 9 * (64 * 64 * 32 * 1 + 32 * 32 * 64 * 32 + 16 * 16 * 128 * 64)
+                + fl_decoder(32, 8, 64, 64, 128, 256, 256, 32))},
+  {name = "W3", what = "pointer network N10, B128", steps = {20, 5},
+   flops = 3 * (2 * 2 * 128 * 10 * (128 + 128) * 512 + 2 * 2 * 128 * 10 * 128 * 128
+                + 4 * 128 * 10 * 10 * 128)},
+  {name = "W4", what = "multi-head self-attention B32 T64 D256 h8", steps = {20, 5},
+   flops = 3 * (2 * 32 * 64 * 256 * 768 + 2 * 2 * 32 * 64 * 64 * 256 + 2 * 32 * 64 * 256 * 256)},
+  {name = "S1", what = "sgemm 512x512x512", steps = {200, 50}, flops = 2 * 512 ^ 3},
+  {name = "S2", what = "sgemm M64 K512 N128", steps = {2000, 500}, flops = 2 * 64 * 512 * 128},
+}
+
+local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- run a command, return (table decoded from its last JSON line) or (nil, error text)
+local function run_json(cmd)
+  local errf = os.tmpname()
+  local p = io.popen(cmd .. " 2>" .. errf)
+  local out = p:read("a")
+  local ok, _, code = p:close()
+  local f = io.open(errf)
+  local err = f and f:read("a") or ""
+  if f then f:close() end
+  os.remove(errf)
+  local last
+  for line in out:gmatch("[^\n]+") do
+    if line:sub(1, 1) == "{" then last = line end
+  end
+  if not ok or not last then
+    local msg = err:match("[^\n]*error[^\n]*") or err:match("([^\n]+)\n?$") or ("exit " .. tostring(code))
+    return nil, msg
+  end
+  local okj, t = pcall(cjson.decode, last)
+  if not okj then return nil, "bad JSON: " .. last end
+  return t
+end
+
+local results = {}
+for _, w in ipairs(WORKLOADS) do
+  if not only or only == w.name then
+    local steps = quick and w.steps[2] or w.steps[1]
+    local wfile = os.tmpname() .. ".safetensors"
+    local r = {workload = w.name, what = w.what, steps = steps}
+    io.stderr:write(string.format("%s: %s, %d steps x %d rounds\n", w.name, w.what, steps, ROUNDS))
+    for round = 1, ROUNDS do
+      local gcmd = string.format("%s bench/glimpse_workloads.lua %s %d%s", sh_quote(GLIMPSE),
+                                 w.name, steps, round == 1 and (" --save " .. wfile) or "")
+      local g, gerr = run_json(gcmd)
+      if not g then r.skipped = "glimpse: " .. gerr; break end
+      local tcmd = string.format("%s bench/torch_workloads.py %s %d %s", PYTHON, w.name, steps, wfile)
+      local t, terr = run_json(tcmd)
+      if not t then r.torch_error = terr end
+      if round == 1 then
+        r.glimpse_loss1 = g.loss1
+        if t then
+          r.torch_loss1 = t.loss1
+          r.loss_rel_diff = math.abs(g.loss1 - t.loss1) / math.max(math.abs(t.loss1), 1e-12)
+          r.same_loss = r.loss_rel_diff <= LOSS_RTOL
+        end
+      end
+      r.glimpse_ms = math.min(r.glimpse_ms or math.huge, g.ms_per_step)
+      r.glimpse_vmhwm_kb = math.max(r.glimpse_vmhwm_kb or 0, g.vmhwm_kb or 0)
+      r.glimpse_threads = g.threads
+      if t then
+        if not r.torch_ms or t.ms_per_step < r.torch_ms then
+          r.torch_ms, r.torch_threads = t.ms_per_step, t.threads
+        end
+        r.torch_vmhwm_kb = math.max(r.torch_vmhwm_kb or 0, t.vmhwm_kb or 0)
+        r.torch_version = t.torch
+      end
+    end
+    os.remove(wfile)
+    if r.glimpse_ms and r.torch_ms then r.ratio = r.glimpse_ms / r.torch_ms end
+    if r.glimpse_ms and w.flops then
+      r.flops_per_step = w.flops
+      r.glimpse_gflops = w.flops / (r.glimpse_ms * 1e6)
+      if r.torch_ms then r.torch_gflops = w.flops / (r.torch_ms * 1e6) end
+    end
+    results[#results + 1] = r
+  end
+end
+
+-- the table
+local function f(fmt, x) return x and string.format(fmt, x) or "-" end
+local hdr = string.format("| %-4s | %10s | %14s | %6s | %14s | %13s | %13s | %-9s |",
+  "work", "glimpse ms", "PyTorch ms (t)", "ratio", "GFLOP/s gl/pt", "glimpse MiB", "PyTorch MiB",
+  "same loss")
+print(hdr)
+print((hdr:gsub("[^|]", "-")))
+for _, r in ipairs(results) do
+  if r.skipped then
+    print(string.format("| %-4s | skipped: %s", r.workload, r.skipped))
+  else
+    local same = r.same_loss == nil and "-" or
+      string.format("%s %.0e", r.same_loss and "yes" or "NO", r.loss_rel_diff)
+    print(string.format("| %-4s | %10s | %14s | %6s | %14s | %13s | %13s | %-9s |",
+      r.workload, f("%.2f", r.glimpse_ms),
+      r.torch_ms and string.format("%.2f (%d)", r.torch_ms, r.torch_threads) or "failed",
+      f("%.2f", r.ratio),
+      r.glimpse_gflops and string.format("%.1f/%s", r.glimpse_gflops, f("%.1f", r.torch_gflops)) or "-",
+      f("%.1f", r.glimpse_vmhwm_kb and r.glimpse_vmhwm_kb / 1024),
+      f("%.1f", r.torch_vmhwm_kb and r.torch_vmhwm_kb / 1024), same))
+  end
+  if r.torch_error then print("  PyTorch error (" .. r.workload .. "): " .. r.torch_error) end
+end
+
+local out = io.open("bench/results.json", "w")
+out:write(cjson.encode({quick = quick, rounds = ROUNDS, loss_rtol = LOSS_RTOL,
+                        results = results}), "\n")
+out:close()
+print("wrote bench/results.json")

@@ -1,0 +1,331 @@
+-- tests/test_conv.lua -- the conv, pooling and normalisation ops (engine/ops_conv.c,
+-- engine/ops_norm.c, bindings/l_nn.c).
+--
+-- The im2col convolution is held against the direct-loop oracle (outputs and every
+-- gradient), all ops against PyTorch (tests/fixtures/nn_*.safetensors, made by
+-- tests/fixtures/fixtures_nn.py), and every backward against finite differences.
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+
+local T = {}
+
+local FIXTURES = "tests/fixtures/"
+local PYTORCH_RTOL = 1e-4     -- max |glimpse - torch| relative to the tensor's largest entry
+local ORACLE_RTOL = 1e-5      -- im2col + sgemm vs direct loops (float32 sums in another order)
+local EXACT = 0
+
+-- ---------------------------------------------------------------------------------------
+-- helpers
+
+local function max_abs(t)
+  return t:abs():max():item()
+end
+
+-- max |a - b| <= rtol * max(|b|) (and at least a denormal-sized floor)
+local function assert_close(a, b, rtol, what)
+  lu.assertEquals(a.shape, b.shape, what .. ": shapes differ")
+  local err, scale = max_abs(a - b), math.max(max_abs(b), 1e-30)
+  if err > rtol * scale then
+    lu.fail(string.format("%s: max error %.3g exceeds %.3g (scale %.3g)", what, err,
+                          rtol * scale, scale))
+  end
+end
+
+local function fixture(name)
+  return glimpse.load(FIXTURES .. name .. ".safetensors")
+end
+
+-- run fn(inputs...) and backward of sum(y * dy); returns y and the inputs' grads
+local function forward_backward(fn, inputs, dy)
+  for _, t in ipairs(inputs) do t.grad = nil end
+  local y = fn(table.unpack(inputs))
+  y:backward(dy)
+  local grads = {}
+  for i, t in ipairs(inputs) do grads[i] = t.grad end
+  return y, grads
+end
+
+local function leaf(t)
+  return t:clone():requires_grad()
+end
+
+-- values 0.1 apart in random order: no pooling window has a near-tie for gradcheck's eps
+local function distinct(...)
+  local shape = {...}
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
+  local perm = glimpse.multinomial(glimpse.ones(n), n, false)
+  return ((perm - n / 2) * 0.1):reshape(shape)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- conv2d: im2col against the direct loops
+
+local CONV_CASES = {
+  -- B, C, H, W, O, kh, kw, stride, padding, bias
+  {2, 3, 7, 6, 4, 3, 3, 1, 0, true},
+  {2, 3, 9, 8, 4, 3, 3, 2, 1, true},
+  {1, 2, 6, 7, 3, 3, 2, {1, 2}, {0, 1}, false},
+  {3, 1, 5, 5, 2, 1, 1, 1, 0, true},          -- 1x1
+  {2, 2, 4, 4, 2, 5, 5, 1, 2, true},          -- kernel larger than the image, padded
+  {2, 4, 8, 8, 3, 2, 2, 3, {1, 0}, true},     -- stride leaves a remainder
+}
+
+function T.test_conv2d_im2col_matches_direct_loops_outputs_and_grads()
+  glimpse.manual_seed(11)
+  for k, c in ipairs(CONV_CASES) do
+    local B, C, H, W, O, kh, kw, stride, pad, bias = table.unpack(c)
+    local x, w = glimpse.randn(B, C, H, W), glimpse.randn(O, C, kh, kw)
+    local b = bias and glimpse.randn(O) or nil
+    local opts = {stride = stride, padding = pad}
+    local fast_in, slow_in = {leaf(x), leaf(w)}, {leaf(x), leaf(w)}
+    if b then fast_in[3], slow_in[3] = leaf(b), leaf(b) end
+    local probe = glimpse.conv2d(x, w, b, opts)
+    local dy = glimpse.randn(table.unpack(probe.shape))
+    local y1, g1 = forward_backward(function(a, bw, bb) return glimpse.conv2d(a, bw, bb, opts) end,
+                                    fast_in, dy)
+    local y2, g2 = forward_backward(function(a, bw, bb) return glimpse._conv2d_naive(a, bw, bb, opts) end,
+                                    slow_in, dy)
+    local what = "case " .. k
+    assert_close(y1, y2, ORACLE_RTOL, what .. " output")
+    for i = 1, #fast_in do assert_close(g1[i], g2[i], ORACLE_RTOL, what .. " grad " .. i) end
+  end
+end
+
+function T.test_conv2d_chunked_batch_matches_direct_loops()
+  -- 16*3*3 rows x 64*64 columns per image: the 16 MB column budget holds 7 images, so a
+  -- batch of 9 runs as two chunks
+  glimpse.manual_seed(12)
+  local x, w, b = glimpse.randn(9, 16, 64, 64), glimpse.randn(2, 16, 3, 3), glimpse.randn(2)
+  local opts = {padding = 1}
+  local dy = glimpse.randn(9, 2, 64, 64)
+  local y1, g1 = forward_backward(function(a, bw, bb) return glimpse.conv2d(a, bw, bb, opts) end,
+                                  {leaf(x), leaf(w), leaf(b)}, dy)
+  local y2, g2 = forward_backward(function(a, bw, bb) return glimpse._conv2d_naive(a, bw, bb, opts) end,
+                                  {leaf(x), leaf(w), leaf(b)}, dy)
+  assert_close(y1, y2, ORACLE_RTOL, "output")
+  for i = 1, 3 do assert_close(g1[i], g2[i], ORACLE_RTOL, "grad " .. i) end
+end
+
+function T.test_conv2d_gradcheck()
+  glimpse.manual_seed(13)
+  local x = glimpse.randn(2, 2, 5, 6):requires_grad()
+  local w = glimpse.randn(3, 2, 3, 2):requires_grad()
+  local b = glimpse.randn(3):requires_grad()
+  lu.assertTrue(glimpse.gradcheck(function(a, bw, bb)
+    return glimpse.conv2d(a, bw, bb, {stride = {2, 1}, padding = {1, 1}})
+  end, {x, w, b}))
+  lu.assertTrue(glimpse.gradcheck(function(a, bw)
+    return glimpse.conv2d(a, bw, nil, {stride = 1})
+  end, {x, w}))
+end
+
+function T.test_conv2d_matches_pytorch_stride2_padding1()
+  local f = fixture("nn_conv2d")
+  local x, w, b = leaf(f["input.x"]), leaf(f["weight.weight"]), leaf(f["weight.bias"])
+  local y = glimpse.conv2d(x, w, b, {stride = 2, padding = 1})
+  y:backward(f["input.dy"])
+  assert_close(y, f["output.y"], PYTORCH_RTOL, "output")
+  assert_close(x.grad, f["grad.x"], PYTORCH_RTOL, "grad input")
+  assert_close(w.grad, f["grad.weight"], PYTORCH_RTOL, "grad weight")
+  assert_close(b.grad, f["grad.bias"], PYTORCH_RTOL, "grad bias")
+end
+
+function T.test_conv2d_matches_pytorch_rectangular_no_bias()
+  local f = fixture("nn_conv2d_rect")
+  local x, w = leaf(f["input.x"]), leaf(f["weight.weight"])
+  local y = glimpse.conv2d(x, w, nil, {stride = {1, 2}, padding = {0, 1}})
+  y:backward(f["input.dy"])
+  assert_close(y, f["output.y"], PYTORCH_RTOL, "output")
+  assert_close(x.grad, f["grad.x"], PYTORCH_RTOL, "grad input")
+  assert_close(w.grad, f["grad.weight"], PYTORCH_RTOL, "grad weight")
+end
+
+function T.test_conv2d_output_size_follows_the_formula()
+  local y = glimpse.conv2d(glimpse.zeros(1, 1, 10, 7), glimpse.zeros(2, 1, 3, 2), nil,
+                           {stride = {3, 2}, padding = {1, 0}})
+  -- Ho = (10 + 2 - 3) // 3 + 1 = 4, Wo = (7 - 2) // 2 + 1 = 3
+  lu.assertEquals(y.shape, {1, 2, 4, 3})
+end
+
+function T.test_conv2d_bad_shapes_raise_errors_naming_the_op_and_shapes()
+  local x = glimpse.zeros(1, 3, 5, 5)
+  lu.assertErrorMsgContains("3 channels", glimpse.conv2d, x, glimpse.zeros(2, 4, 3, 3))
+  lu.assertErrorMsgContains("bias [3] must be (2)", glimpse.conv2d, x, glimpse.zeros(2, 3, 3, 3),
+                            glimpse.zeros(3))
+  lu.assertErrorMsgContains("smaller than the 7x7 kernel", glimpse.conv2d, x,
+                            glimpse.zeros(2, 3, 7, 7))
+  lu.assertErrorMsgContains("must be (B,C,H,W)", glimpse.conv2d, glimpse.zeros(3, 5, 5),
+                            glimpse.zeros(2, 3, 3, 3))
+  lu.assertErrorMsgContains("stride", glimpse.conv2d, x, glimpse.zeros(2, 3, 3, 3), nil,
+                            {stride = 0})
+  lu.assertErrorMsgContains("stride", glimpse.conv2d, x, glimpse.zeros(2, 3, 3, 3), nil,
+                            {stride = "two"})
+end
+
+-- ---------------------------------------------------------------------------------------
+-- pooling
+
+function T.test_max_pool2d_matches_pytorch()
+  local f = fixture("nn_max_pool2d")
+  local x = leaf(f["input.x"])
+  local y = glimpse.max_pool2d(x, 3, 2, 1)
+  y:backward(f["input.dy"])
+  assert_close(y, f["output.y"], EXACT, "output")
+  assert_close(x.grad, f["grad.x"], PYTORCH_RTOL, "grad input")
+end
+
+function T.test_avg_pool2d_matches_pytorch_padding_counted()
+  local f = fixture("nn_avg_pool2d")
+  local x = leaf(f["input.x"])
+  local y = glimpse.avg_pool2d(x, 3, 2, 1)
+  y:backward(f["input.dy"])
+  assert_close(y, f["output.y"], PYTORCH_RTOL, "output")
+  assert_close(x.grad, f["grad.x"], PYTORCH_RTOL, "grad input")
+end
+
+function T.test_max_pool2d_gradient_goes_to_the_maximum_only()
+  local x = glimpse.tensor({{{{1, 5}, {3, 2}}}}):requires_grad()
+  local y = glimpse.max_pool2d(x, 2)
+  lu.assertEquals(y:totable(), {{{{5}}}})
+  y:sum():backward()
+  lu.assertEquals(x.grad:totable(), {{{{0, 1}, {0, 0}}}})
+end
+
+function T.test_max_pool2d_2x2_fast_path_matches_a_reshape_and_max()
+  -- 2x2 windows with stride 2 take a vectorised path; hold it against max over a reshape
+  glimpse.manual_seed(18)
+  local x = distinct(3, 2, 6, 10)
+  local dy = glimpse.randn(3, 2, 3, 5)
+  local a, b = leaf(x), leaf(x)
+  local y1 = glimpse.max_pool2d(a, 2)
+  local y2 = b:reshape(3, 2, 3, 2, 5, 2):permute(1, 2, 3, 5, 4, 6):reshape(3, 2, 3, 5, 4):max(5)
+  y1:backward(dy)
+  y2:backward(dy)
+  assert_close(y1, y2, EXACT, "output")
+  assert_close(a.grad, b.grad, EXACT, "grad")
+  -- no graph: the same values
+  assert_close(glimpse.max_pool2d(x, 2), y2, EXACT, "output without grad")
+end
+
+function T.test_max_pool2d_ties_send_the_gradient_to_the_first_in_scan_order()
+  for _, k in ipairs({2, 3}) do           -- the 2x2 fast path and the general loop
+    local x = glimpse.ones(1, 1, k, k):requires_grad()
+    glimpse.max_pool2d(x, k):sum():backward()
+    local g = x.grad:reshape(k * k):totable()
+    lu.assertEquals(g[1], 1)
+    for i = 2, k * k do lu.assertEquals(g[i], 0) end
+  end
+end
+
+function T.test_max_pool2d_propagates_nan()
+  for _, k in ipairs({2, 3}) do
+    local x = glimpse.zeros(1, 1, k, k)
+    x:reshape(k * k)[k * k] = 0 / 0
+    local y = glimpse.max_pool2d(x, k):item()
+    lu.assertTrue(y ~= y, "window " .. k .. " gave " .. y)
+  end
+end
+
+function T.test_pooling_gradcheck()
+  glimpse.manual_seed(14)
+  local x = distinct(2, 2, 7, 6):requires_grad()
+  lu.assertTrue(glimpse.gradcheck(function(a) return glimpse.max_pool2d(a, 2) end, {x}))
+  lu.assertTrue(glimpse.gradcheck(function(a) return glimpse.max_pool2d(a, {3, 2}, {2, 1}, {1, 0}) end, {x}))
+  lu.assertTrue(glimpse.gradcheck(function(a) return glimpse.avg_pool2d(a, 3, 2, 1) end, {x}))
+  lu.assertTrue(glimpse.gradcheck(function(a) return glimpse.avg_pool2d(a, 2) end, {x}))
+end
+
+function T.test_pooling_stride_defaults_to_kernel_and_padding_is_limited()
+  lu.assertEquals(glimpse.max_pool2d(glimpse.zeros(1, 1, 8, 6), 2).shape, {1, 1, 4, 3})
+  lu.assertEquals(glimpse.avg_pool2d(glimpse.zeros(1, 1, 8, 6), {4, 3}).shape, {1, 1, 2, 2})
+  lu.assertErrorMsgContains("at most half", glimpse.max_pool2d, glimpse.zeros(1, 1, 8, 8), 2, 2, 2)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- layer norm
+
+function T.test_layer_norm_matches_pytorch()
+  local f = fixture("nn_layer_norm")
+  local x, w, b = leaf(f["input.x"]), leaf(f["weight.weight"]), leaf(f["weight.bias"])
+  local y = glimpse.layer_norm(x, w, b, 1e-5)
+  y:backward(f["input.dy"])
+  assert_close(y, f["output.y"], PYTORCH_RTOL, "output")
+  assert_close(x.grad, f["grad.x"], PYTORCH_RTOL, "grad input")
+  assert_close(w.grad, f["grad.weight"], PYTORCH_RTOL, "grad weight")
+  assert_close(b.grad, f["grad.bias"], PYTORCH_RTOL, "grad bias")
+end
+
+function T.test_layer_norm_rows_have_zero_mean_unit_variance()
+  glimpse.manual_seed(15)
+  local y = glimpse.layer_norm(glimpse.randn(4, 16) * 3 + 5, nil, nil, 0)
+  lu.assertTrue(max_abs(y:mean(2)) < 1e-5)
+  lu.assertTrue(max_abs(y:var(2, false, false) - 1) < 1e-4)
+end
+
+function T.test_layer_norm_gradcheck()
+  glimpse.manual_seed(16)
+  local x = glimpse.randn(3, 2, 6):requires_grad()
+  local w, b = glimpse.randn(6):requires_grad(), glimpse.randn(6):requires_grad()
+  lu.assertTrue(glimpse.gradcheck(function(a, ww, bb) return glimpse.layer_norm(a, ww, bb) end,
+                                  {x, w, b}))
+  lu.assertTrue(glimpse.gradcheck(function(a) return glimpse.layer_norm(a) end, {x}))
+end
+
+function T.test_layer_norm_weight_of_the_wrong_size_is_an_error()
+  lu.assertErrorMsgContains("weight [5] must be (6)", glimpse.layer_norm, glimpse.zeros(2, 6),
+                            glimpse.zeros(5))
+end
+
+-- ---------------------------------------------------------------------------------------
+-- batch norm
+
+function T.test_batch_norm2d_training_step_matches_pytorch()
+  local f = fixture("nn_batch_norm2d")
+  local x, w, b = leaf(f["input.x"]), leaf(f["weight.weight"]), leaf(f["weight.bias"])
+  local rm, rv = glimpse.zeros(3), glimpse.ones(3)
+  local y = glimpse.batch_norm2d(x, w, b, rm, rv, true, 0.1, 1e-5)
+  y:backward(f["input.dy"])
+  assert_close(y, f["output.y"], PYTORCH_RTOL, "output")
+  assert_close(rm, f["state.running_mean"], PYTORCH_RTOL, "running mean")
+  assert_close(rv, f["state.running_var"], PYTORCH_RTOL, "running var (unbiased update)")
+  assert_close(x.grad, f["grad.x"], PYTORCH_RTOL, "grad input")
+  assert_close(w.grad, f["grad.weight"], PYTORCH_RTOL, "grad weight")
+  assert_close(b.grad, f["grad.bias"], PYTORCH_RTOL, "grad bias")
+  local ye = glimpse.batch_norm2d(f["input.x"], w, b, rm, rv, false, 0.1, 1e-5)
+  assert_close(ye, f["output.y_eval"], PYTORCH_RTOL, "eval output with the running stats")
+end
+
+function T.test_batch_norm2d_eval_leaves_running_stats_alone()
+  local rm, rv = glimpse.tensor({1, 2}), glimpse.tensor({3, 4})
+  local x = glimpse.randn(4, 2, 3, 3)
+  local y = glimpse.batch_norm2d(x, nil, nil, rm, rv, false, 0.1, 0)
+  lu.assertEquals(rm:totable(), {1, 2})
+  lu.assertEquals(rv:totable(), {3, 4})
+  -- channel 1: (x - 1) / sqrt(3)
+  local expect = (x:narrow(2, 1, 1) - 1) / math.sqrt(3)
+  assert_close(y:narrow(2, 1, 1), expect, 1e-6, "eval normalisation")
+end
+
+function T.test_batch_norm_gradcheck_train_and_eval()
+  glimpse.manual_seed(17)
+  local x = glimpse.randn(3, 2, 3, 2):requires_grad()
+  local w, b = glimpse.randn(2):requires_grad(), glimpse.randn(2):requires_grad()
+  lu.assertTrue(glimpse.gradcheck(function(a, ww, bb)
+    return glimpse.batch_norm2d(a, ww, bb, nil, nil, true)
+  end, {x, w, b}))
+  local rm, rv = glimpse.tensor({0.5, -0.5}), glimpse.tensor({2, 0.5})
+  lu.assertTrue(glimpse.gradcheck(function(a, ww, bb)
+    return glimpse.batch_norm2d(a, ww, bb, rm, rv, false)
+  end, {x, w, b}))
+  local x2 = glimpse.randn(5, 3):requires_grad()      -- (B,C): BatchNorm1d's layout
+  lu.assertTrue(glimpse.gradcheck(function(a) return glimpse.batch_norm2d(a, nil, nil, nil, nil, true) end,
+                                  {x2}))
+end
+
+function T.test_batch_norm_one_value_per_channel_in_training_is_an_error()
+  lu.assertErrorMsgContains("more than 1 value per channel", glimpse.batch_norm2d,
+                            glimpse.zeros(1, 3, 1, 1), nil, nil, glimpse.zeros(3), glimpse.ones(3), true)
+end
+
+return T
