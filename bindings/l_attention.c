@@ -1,8 +1,140 @@
-/* l_attention.c -- bindings of the attention family (to be filled in). */
+/* l_attention.c -- bindings of the attention family (engine/ops_attention*.c).
+ *
+ * The raw fused ops go into the table glimpse._attention; bindings/glimpse/attention.lua
+ * wraps them into the documented functional API (glimpse.attention) and the nn modules build
+ * on that.  Masks and priors may be tensors or nested tables; nil means none.  Two-output ops
+ * push both result boxes before the engine runs, so an error leaves nothing unowned.
+ */
 #include "lglimpse.h"
 
+#include <math.h>
+#include <string.h>
+
+/* The tensor at i, or NULL when nil/none.  A table is converted to a tensor that replaces
+ * the argument on the stack, so Lua owns it and an error later cannot leak it. */
+static gl_tensor *opt_tensor(lua_State *L, int i) {
+  if (lua_isnoneornil(L, i)) return NULL;
+  gl_tensor *t = lg_test(L, i);
+  if (t) return t;
+  if (!lua_istable(L, i) && lua_type(L, i) != LUA_TNUMBER)
+    luaL_argerror(L, i, lua_pushfstring(L, "tensor, table or nil expected, got %s",
+                                        luaL_typename(L, i)));
+  t = lg_to_tensor(L, i);
+  lg_push(L, t);
+  lua_replace(L, i);
+  return t;
+}
+
+/* options table at i: temperature (number > 0), normaliser ("softmax" | "sigmoid") */
+static void check_opts(lua_State *L, int i, gl_attn_opts *o) {
+  o->temperature = 1.0f;
+  o->normaliser = GL_ATTN_SOFTMAX;
+  if (lua_isnoneornil(L, i)) return;
+  luaL_checktype(L, i, LUA_TTABLE);
+  lua_getfield(L, i, "temperature");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_isnumber(L, -1)) luaL_argerror(L, i, "temperature must be a number");
+    o->temperature = (float)lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, i, "normaliser");
+  if (!lua_isnil(L, -1)) {
+    const char *s = lua_tostring(L, -1);
+    if (s && strcmp(s, "softmax") == 0) o->normaliser = GL_ATTN_SOFTMAX;
+    else if (s && strcmp(s, "sigmoid") == 0) o->normaliser = GL_ATTN_SIGMOID;
+    else luaL_argerror(L, i, "normaliser must be \"softmax\" or \"sigmoid\"");
+  }
+  lua_pop(L, 1);
+}
+
+/* additive(wq (B,H), uk (B,L,H), v (H), values (B,L,Dv), mask, prior, opts) -> ctx, alpha */
+static int l_additive(lua_State *L) {
+  gl_tensor *wq = lg_check(L, 1), *uk = lg_check(L, 2), *v = lg_check(L, 3);
+  gl_tensor *values = lg_check(L, 4);
+  gl_tensor *mask = opt_tensor(L, 5), *prior = opt_tensor(L, 6);
+  gl_attn_opts o;
+  check_opts(L, 7, &o);
+  gl_tensor **ctx = lg_newbox(L), **alpha = lg_newbox(L);
+  LG_TRY(L, "attn_additive", gl_attn_additive(ctx, alpha, wq, uk, v, values, mask, prior, &o));
+  return 2;
+}
+
+/* additive_scores(wq (B,H), uk (B,L,H), v (H)) -> e (B,L) */
+static int l_additive_scores(lua_State *L) {
+  gl_tensor *wq = lg_check(L, 1), *uk = lg_check(L, 2), *v = lg_check(L, 3);
+  gl_tensor **e = lg_newbox(L);
+  LG_TRY(L, "attn_additive_scores", gl_attn_additive_scores(e, wq, uk, v));
+  return 1;
+}
+
+/* dot(q (B,D), keys (B,L,D), values (B,L,Dv), mask, prior, scale, opts) -> ctx, alpha */
+static int l_dot(lua_State *L) {
+  gl_tensor *q = lg_check(L, 1), *keys = lg_check(L, 2), *values = lg_check(L, 3);
+  gl_tensor *mask = opt_tensor(L, 4), *prior = opt_tensor(L, 5);
+  float scale = (float)luaL_optnumber(L, 6, 1.0);
+  gl_attn_opts o;
+  check_opts(L, 7, &o);
+  gl_tensor **ctx = lg_newbox(L), **alpha = lg_newbox(L);
+  LG_TRY(L, "attn_dot", gl_attn_dot(ctx, alpha, q, keys, values, mask, prior, scale, &o));
+  return 2;
+}
+
+/* context(scores (B,L), values (B,L,Dv), mask, prior, opts) -> ctx, alpha */
+static int l_context(lua_State *L) {
+  gl_tensor *e = lg_check(L, 1), *values = lg_check(L, 2);
+  gl_tensor *mask = opt_tensor(L, 3), *prior = opt_tensor(L, 4);
+  gl_attn_opts o;
+  check_opts(L, 5, &o);
+  gl_tensor **ctx = lg_newbox(L), **alpha = lg_newbox(L);
+  LG_TRY(L, "attn_context", gl_attn_context(ctx, alpha, e, values, mask, prior, &o));
+  return 2;
+}
+
+/* mh_probs(q (N,Tq,d), k (N,Tk,d), mask (B,Tk) or nil, heads, causal, scale) -> (N,Tq,Tk) */
+static int l_mh_probs(lua_State *L) {
+  gl_tensor *q = lg_check(L, 1), *k = lg_check(L, 2);
+  gl_tensor *mask = opt_tensor(L, 3);
+  int heads = lg_checkint(L, 4);
+  int causal = lua_toboolean(L, 5);
+  float scale = (float)luaL_checknumber(L, 6);
+  gl_tensor **p = lg_newbox(L);
+  LG_TRY(L, "attn_mh_probs", gl_attn_mh_probs(p, q, k, mask, heads, causal, scale));
+  return 1;
+}
+
+/* cosine(k (B,D), mem (B,N,D), beta (B) or nil) -> (B,N) */
+static int l_cosine(lua_State *L) {
+  gl_tensor *k = lg_check(L, 1), *mem = lg_check(L, 2), *beta = opt_tensor(L, 3);
+  gl_tensor **e = lg_newbox(L);
+  LG_TRY(L, "attn_cosine", gl_attn_cosine(e, k, mem, beta));
+  return 1;
+}
+
+/* circular_shift(w (B,N), s (B,S)) -> (B,N) */
+static int l_circular_shift(lua_State *L) {
+  gl_tensor *w = lg_check(L, 1), *s = lg_check(L, 2);
+  gl_tensor **out = lg_newbox(L);
+  LG_TRY(L, "attn_circular_shift", gl_attn_circular_shift(out, w, s));
+  return 1;
+}
+
+/* sharpen(w (B,N), gamma (B)) -> (B,N) */
+static int l_sharpen(lua_State *L) {
+  gl_tensor *w = lg_check(L, 1), *gamma = lg_check(L, 2);
+  gl_tensor **out = lg_newbox(L);
+  LG_TRY(L, "attn_sharpen", gl_attn_sharpen(out, w, gamma));
+  return 1;
+}
+
+static const luaL_Reg attention_fns[] = {
+    {"additive", l_additive},   {"additive_scores", l_additive_scores},
+    {"dot", l_dot},             {"context", l_context},
+    {"mh_probs", l_mh_probs},   {"cosine", l_cosine},
+    {"circular_shift", l_circular_shift}, {"sharpen", l_sharpen},
+    {NULL, NULL}};
+
 void lg_open_attention(lua_State *L, int module_idx, int methods_idx) {
-  (void)L;
-  (void)module_idx;
   (void)methods_idx;
+  luaL_newlib(L, attention_fns);
+  lua_setfield(L, module_idx, "_attention");
 }

@@ -101,7 +101,7 @@ static void set_sigint(void (*handler)(int), struct sigaction *old) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;   /* no SA_RESTART: select() at the prompt must see EINTR */
+  sa.sa_flags = 0;   /* no SA_RESTART: pselect() at the prompt must see EINTR */
   sigaction(SIGINT, &sa, old);
 }
 
@@ -202,16 +202,43 @@ static int is_callable(lua_State *L, int i) {
   return callable;
 }
 
-/* a key that completes word: a name starting with it; "__x" only when word starts with "_" */
+/* a key that completes word: a name starting with it; private "_x" names only when word
+ * starts with "_" (as Python's completer does) */
 static int wanted(const char *k, size_t kl, const char *word, size_t wl) {
   if (kl < wl || memcmp(k, word, wl) != 0 || !is_name(k, kl)) return 0;
-  return word[0] == '_' || k[0] != '_' || k[1] != '_';
+  return word[0] == '_' || k[0] != '_';
 }
 
-/* Add to the set at `set` (name -> value) the names of the value at v that start with
- * word: its own string keys when it is a table, then the keys of the tables its metatable
- * names as __methods (tensors), __index (classes, strings; followed down the chain) and
- * __complete (names an __index function would answer, such as lazily loaded modules). */
+/* set[name] = true for the string at index k when it completes word (and, after ':', when
+ * the value at index v is callable, or, with v == 0, when obj[name] is) */
+static void add_name(lua_State *L, int set, int k, int v, int obj, const char *word, size_t wl,
+                     int only_callable) {
+  size_t kl;
+  const char *name = lua_tolstring(L, k, &kl);
+  if (!wanted(name, kl, word, wl)) return;
+  if (only_callable) {
+    if (v) {
+      if (!is_callable(L, v)) return;
+    } else {
+      lua_pushvalue(L, k);
+      lua_gettable(L, obj);   /* may run __index: we run protected */
+      int ok = is_callable(L, -1);
+      lua_pop(L, 1);
+      if (!ok) return;
+    }
+  }
+  lua_pushvalue(L, k);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, set);
+}
+
+/* Add to the set at `set` the names of the value at v that start with word: its own string
+ * keys when it is a table; then, from its metatable, the keys of __methods (tensors), of
+ * __index when a table (classes, strings; followed down the chain) or of the metatable
+ * itself when __index is a function (a class that answers through a function), and the
+ * names __complete declares: a table of names (as keys or as array items) or a function
+ * of the value returning one (for what only an __index function knows, such as lazily
+ * loaded modules or an object's fields kept in side tables). */
 static void add_fields(lua_State *L, int v, int set, const char *word, size_t wl,
                        int only_callable, int depth) {
   if (depth > CHAIN_DEPTH) return;
@@ -220,40 +247,50 @@ static void add_fields(lua_State *L, int v, int set, const char *word, size_t wl
   if (lua_type(L, v) == LUA_TTABLE) {
     lua_pushnil(L);
     while (lua_next(L, v)) {
-      size_t kl;
-      const char *k;
-      if (lua_type(L, -2) == LUA_TSTRING && (k = lua_tolstring(L, -2, &kl)) &&
-          wanted(k, kl, word, wl) && (!only_callable || is_callable(L, -1))) {
-        lua_pushvalue(L, -2);
-        if (lua_rawget(L, set) == LUA_TNIL) {   /* the nearest definition wins */
-          lua_pushvalue(L, -3);
-          lua_pushvalue(L, -3);
-          lua_rawset(L, set);
-        }
-        lua_pop(L, 1);
-      }
+      int top = lua_gettop(L);
+      if (lua_type(L, top - 1) == LUA_TSTRING)
+        add_name(L, set, top - 1, top, v, word, wl, only_callable);
       lua_pop(L, 1);
     }
   }
-  if (lua_getmetatable(L, v)) {
-    int mt = lua_gettop(L);
-    static const char *const chain[] = {"__methods", "__index", "__complete", NULL};
-    for (int i = 0; chain[i]; i++) {
-      lua_pushstring(L, chain[i]);
-      if (lua_rawget(L, mt) == LUA_TTABLE && !lua_rawequal(L, -1, v))
-        add_fields(L, -1, set, word, wl, only_callable, depth + 1);
+  if (!lua_getmetatable(L, v)) return;
+  int mt = lua_gettop(L);
+  lua_pushliteral(L, "__methods");   /* metafields are looked up raw, as Lua does */
+  if (lua_rawget(L, mt) == LUA_TTABLE)
+    add_fields(L, -1, set, word, wl, only_callable, depth + 1);
+  lua_pop(L, 1);
+  lua_pushliteral(L, "__index");
+  int t = lua_rawget(L, mt);
+  if (t == LUA_TTABLE && !lua_rawequal(L, -1, v))
+    add_fields(L, -1, set, word, wl, only_callable, depth + 1);
+  else if (t == LUA_TFUNCTION && !lua_rawequal(L, mt, v))
+    add_fields(L, mt, set, word, wl, only_callable, depth + 1);
+  lua_pop(L, 1);
+  lua_pushliteral(L, "__complete");
+  if (lua_rawget(L, mt) == LUA_TFUNCTION) {
+    lua_pushvalue(L, v);
+    lua_call(L, 1, 1);
+  }
+  if (lua_istable(L, -1)) {
+    int names = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, names)) {
+      int top = lua_gettop(L);
+      if (lua_type(L, top - 1) == LUA_TSTRING)   /* {name = true} */
+        add_name(L, set, top - 1, 0, v, word, wl, only_callable);
+      else if (lua_type(L, top) == LUA_TSTRING)   /* {"name", ...} */
+        add_name(L, set, top, 0, v, word, wl, only_callable);
       lua_pop(L, 1);
     }
-    lua_pop(L, 1);
   }
+  lua_pop(L, 2);
 }
 
 /* Push the value of a dotted path of names ("glimpse.nn") looked up from the globals the
  * way Lua would (so lazy sub-modules load); nil when the path is not a plain name path. */
 static void resolve(lua_State *L, const char *path, size_t n) {
   lua_pushglobaltable(L);
-  size_t i = 0;
-  while (i < n) {
+  for (size_t i = 0;;) {
     size_t j = i;
     while (j < n && path[j] != '.') j++;
     if (!is_name(path + i, j - i) || lua_isnil(L, -1)) {
@@ -264,6 +301,7 @@ static void resolve(lua_State *L, const char *path, size_t n) {
     lua_pushlstring(L, path + i, j - i);
     lua_gettable(L, -2);   /* may run __index; the caller runs us protected */
     lua_remove(L, -2);
+    if (j == n) return;
     i = j + 1;
   }
 }
@@ -334,8 +372,8 @@ static int l_complete(lua_State *L) {
   return 1;
 }
 
-/* What readline appends after a single match: "(" to a function, "." to a table, " " to a
- * keyword.  Resolving runs __index, so do it protected. */
+/* What readline appends after a single match: "(" to what can be called (a function, a
+ * class), "." to another table, " " to a keyword.  Resolving runs __index: run protected. */
 static int completion_suffix(lua_State *L) {
   size_t n;
   const char *s = lua_tolstring(L, 1, &n);
@@ -344,8 +382,8 @@ static int completion_suffix(lua_State *L) {
     if (s[i] == ':') { lua_pushinteger(L, '('); return 1; }
   }
   resolve(L, s, n);
-  int t = lua_type(L, -1);
-  lua_pushinteger(L, t == LUA_TFUNCTION ? '(' : t == LUA_TTABLE ? '.' : '\0');
+  if (is_callable(L, -1)) lua_pushinteger(L, '(');   /* functions, classes */
+  else lua_pushinteger(L, lua_istable(L, -1) ? '.' : '\0');
   return 1;
 }
 
@@ -371,7 +409,7 @@ static void display_matches(char **matches, int n, int maxlen) {
   free(shown);
 }
 
-static char **rl_complete_hook(const char *text, int start, int end) {
+static char **complete_hook(const char *text, int start, int end) {
   (void)start;
   (void)end;
   rl_completion_display_matches_hook = NULL;
@@ -414,8 +452,8 @@ static char **rl_complete_hook(const char *text, int start, int end) {
 /* reading lines: readline on a terminal, plain stdin otherwise */
 
 static int stdin_tty;
-static char *rl_got;                          /* the line readline handed us */
-static int rl_finished;
+static char *line_got;             /* the line readline handed us */
+static int line_done;
 static volatile sig_atomic_t prompt_interrupted;
 
 static void on_sigint_prompt(int sig) {
@@ -424,8 +462,8 @@ static void on_sigint_prompt(int sig) {
 }
 
 static void on_line(char *line) {
-  rl_got = line;
-  rl_finished = 1;
+  line_got = line;
+  line_done = 1;
   rl_callback_handler_remove();
 }
 
@@ -451,8 +489,8 @@ static int tty_read(const char *prompt, char **out) {
   sigset_t block, orig, waitmask;
   int result = 1;
   int fd = fileno(rl_instream ? rl_instream : stdin);
-  rl_got = NULL;
-  rl_finished = 0;
+  line_got = NULL;
+  line_done = 0;
   prompt_interrupted = 0;
   sigemptyset(&block);
   sigaddset(&block, SIGINT);
@@ -461,7 +499,7 @@ static int tty_read(const char *prompt, char **out) {
   sigdelset(&waitmask, SIGINT);
   set_sigint(on_sigint_prompt, &old);
   rl_callback_handler_install(prompt, on_line);
-  while (!rl_finished) {
+  while (!line_done) {
     if (prompt_interrupted) {
       drop_line();
       result = -1;
@@ -481,8 +519,8 @@ static int tty_read(const char *prompt, char **out) {
   }
   sigprocmask(SIG_SETMASK, &orig, NULL);   /* a pending Ctrl-C lands in our handler... */
   sigaction(SIGINT, &old, NULL);            /* ...before the old one is back */
-  if (result == 1 && !rl_got) result = 0;   /* Ctrl-D on an empty line */
-  *out = result == 1 ? rl_got : NULL;
+  if (result == 1 && !line_got) result = 0;   /* Ctrl-D on an empty line */
+  *out = result == 1 ? line_got : NULL;
   return result;
 }
 
@@ -564,7 +602,7 @@ static void readline_start(lua_State *L) {
   globalL = L;
   rl_readline_name = "glimpse";   /* for $if glimpse in ~/.inputrc */
   rl_catch_signals = 0;           /* our handler deals with Ctrl-C at the prompt */
-  rl_attempted_completion_function = rl_complete_hook;
+  rl_attempted_completion_function = complete_hook;
   rl_completer_word_break_characters = " \t\n\"'`@$><=;|&{(+-*/%^~#,[]})";
   rl_completer_quote_characters = "\"'";
   history_start();
@@ -656,8 +694,13 @@ static void print_results(lua_State *L) {
 
 static void doREPL(lua_State *L) {
   const char *oldprog = progname;
+  struct sigaction saved;
   progname = NULL;   /* errors in the REPL need no program name */
-  if (stdin_tty) readline_start(L);
+  if (stdin_tty) {
+    readline_start(L);
+    /* between reading and running (compiling, printing) a Ctrl-C is ignored, not fatal */
+    set_sigint(on_sigint_prompt, &saved);
+  }
   for (;;) {
     int status = loadline(L);
     if (status == -2) break;
@@ -669,6 +712,7 @@ static void doREPL(lua_State *L) {
   }
   lua_settop(L, 0);
   if (stdin_tty) {
+    sigaction(SIGINT, &saved, NULL);
     fputs("\n", stdout);
     if (hist_path) history_truncate_file(hist_path, HISTORY_FILE_LINES);
   }
@@ -824,8 +868,11 @@ static int pmain(lua_State *L) {
   if (open_glimpse(L) != LUA_OK) return 0;
   stdin_tty = isatty(STDIN_FILENO);
   if (args & HAS_V) print_version(L);
-  if (!runargs(L, argv, script)) return 0;
-  if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
+  /* with -i a failed -e or script still leads to the REPL, to look at what it left (as
+   * Python's -i does); the exit status still says it failed */
+  int ok = runargs(L, argv, script) &&
+           (script == argc || handle_script(L, argv + script) == LUA_OK);
+  if (!ok && !(args & HAS_I)) return 0;
   if (args & HAS_I) {
     doREPL(L);
   } else if (script == argc && !(args & (HAS_E | HAS_V))) {
@@ -836,7 +883,7 @@ static int pmain(lua_State *L) {
       return 0;
     }
   }
-  lua_pushboolean(L, 1);
+  lua_pushboolean(L, ok);
   return 1;
 }
 

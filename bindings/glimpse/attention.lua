@@ -1,0 +1,567 @@
+--- glimpse.attention -- the functional attention library.
+--
+-- Everything here works on plain tensors (no modules): the nn modules in
+-- glimpse/nn_attention.lua hold the parameters and call these functions.  Notation follows
+-- /work/shared/REFERENCES.md: query q (B,Dq), keys k (B,L,Dk), values (B,L,Dv), mask (B,L)
+-- with 1 = a real position and 0 = padding; alpha (B,L); context ctx (B,Dv).
+--
+--   fused steps     additive, dot, scaled_dot, attend         (one engine op per decoder step)
+--   score registry  SCORES, precompute(score, p, keys), step(score, p, cache, q, values, mask, o)
+--   normalisers     masked_softmax, sharpen
+--   modes           local_prior, predict_position (local-p), sample (hard), location_features
+--   REINFORCE       baseline, reinforce_loss                  (Show, Attend and Tell)
+--   regularisers    doubly_stochastic, coverage, coverage_penalty
+--   multi-head      multi_head (PyTorch's nn.MultiheadAttention maths, batch first)
+--   pointer         pointer_logits
+--   NTM addressing  ntm.content, ntm.interpolate, ntm.shift, ntm.sharpen, ntm.address,
+--                   ntm.read, ntm.write
+local glimpse = require "glimpse"
+
+local C = glimpse._attention
+local M = {}
+
+--- The score function names, in the order the library documents them.
+M.SCORES = {"dot", "scaled_dot", "general", "additive", "concat", "location", "cosine"}
+--- The modes of nn.Attention.
+M.MODES = {"soft", "hard", "local-m", "local-p", "location"}
+
+-- masked softmax tails are exact zeros; this keeps logs of those zeros finite
+local LOG_EPS = 1e-12
+-- what pointer_logits adds to the logits of positions that may not be chosen
+local NEG_BIG = 1e9
+
+local function as_tensor(x)
+  if x == nil or glimpse.is_tensor(x) then return x end
+  return glimpse.tensor(x)
+end
+
+local function check_tensor(x, what, dims, level)
+  if not glimpse.is_tensor(x) then
+    error(string.format("attention: %s must be a tensor, got %s", what, type(x)), level + 1)
+  end
+  if dims and x:dim() ~= dims then
+    error(string.format("attention: %s must have %d dims, got shape {%s}", what, dims,
+                        table.concat(x.shape, ",")), level + 1)
+  end
+  return x
+end
+
+-- ---------------------------------------------------------------------------------------
+-- normalisers
+
+--- attention.masked_softmax(e (...,L), mask (...,L) or nil, opts) -> alpha (...,L)
+-- opts.temperature (divides e; < 1 sharpens), opts.normaliser "softmax" (default) or
+-- "sigmoid" (alpha = sig(e) / sum sig(e), the smoothing of Chorowski et al. 2015).
+-- Masked positions get exactly 0; a fully masked row is all zeros.
+function M.masked_softmax(e, mask, opts)
+  check_tensor(e, "scores", nil, 2)
+  mask = as_tensor(mask)
+  local T = opts and opts.temperature or 1
+  if T ~= 1 then e = e / T end
+  local norm = opts and opts.normaliser or "softmax"
+  if norm == "sigmoid" then
+    local s = e:sigmoid()
+    if mask then s = s * mask end
+    return s / (s:sum(-1, true) + 1e-30)
+  elseif norm ~= "softmax" then
+    error("attention.masked_softmax: normaliser must be \"softmax\" or \"sigmoid\", got " ..
+          tostring(norm), 2)
+  end
+  return glimpse.softmax(e, -1, mask)
+end
+
+--- attention.sharpen(w (B,N) >= 0, gamma (B) tensor or number >= 1) -> w^gamma / sum w^gamma
+function M.sharpen(w, gamma)
+  check_tensor(w, "weights", 2, 2)
+  if type(gamma) == "number" then gamma = glimpse.full({w.shape[1]}, gamma) end
+  return C.sharpen(w, gamma)
+end
+
+--- attention.context(alpha (B,L), values (B,L,Dv)) -> ctx (B,Dv) = sum_l alpha_l values_l
+function M.context(alpha, values)
+  local B, L = alpha.shape[1], alpha.shape[2]
+  return alpha:reshape(B, 1, L):matmul(values):reshape(B, values.shape[3])
+end
+
+-- ---------------------------------------------------------------------------------------
+-- fused steps: score + mask + normalise (+ prior) + context in one engine op.
+-- opts for all: prior (B,L) multiplies the normalised weights (local attention), temperature,
+-- normaliser ("softmax" | "sigmoid").  Each returns ctx (B,Dv), alpha (B,L).
+
+--- attention.additive(wq (B,H), uk (B,L,H), v (H), values (B,L,Dv), mask, opts) -> ctx, alpha
+-- e_bl = v . tanh(wq_b + uk_bl): Bahdanau's score with the query (wq = W q + b) and the keys
+-- (uk = U k, once per sequence) already projected.
+function M.additive(wq, uk, v, values, mask, opts)
+  return C.additive(wq, uk, v, values, as_tensor(mask), opts and opts.prior, opts)
+end
+
+--- attention.dot(q (B,D), keys (B,L,D), values (B,L,Dv), mask, opts) -> ctx, alpha
+-- e_bl = scale * q_b . k_bl with opts.scale (default 1).
+function M.dot(q, keys, values, mask, opts)
+  return C.dot(q, keys, values, as_tensor(mask), opts and opts.prior, opts and opts.scale or 1,
+               opts)
+end
+
+--- attention.scaled_dot(q (B,D), keys (B,L,D), values, mask, opts) -> ctx, alpha
+-- e_bl = q_b . k_bl / sqrt(D) (Vaswani et al. 2017).
+function M.scaled_dot(q, keys, values, mask, opts)
+  return C.dot(q, keys, values, as_tensor(mask), opts and opts.prior,
+               1 / math.sqrt(keys.shape[3]), opts)
+end
+
+--- attention.attend(e (B,L), values (B,L,Dv), mask, opts) -> ctx, alpha
+-- The normalise-and-read tail alone, for scores computed any other way.
+function M.attend(e, values, mask, opts)
+  return C.context(e, values, as_tensor(mask), opts and opts.prior, opts)
+end
+
+--- attention.additive_scores(wq (B,H), uk (B,L,H), v (H)) -> e (B,L), fused, unnormalised.
+function M.additive_scores(wq, uk, v) return C.additive_scores(wq, uk, v) end
+
+--- attention.cosine_scores(k (B,D), mem (B,N,D), beta (B) tensor, number or nil) -> (B,N)
+-- e_bn = beta_b cos(k_b, mem_bn) (NTM content addressing before its softmax).
+function M.cosine_scores(k, mem, beta)
+  if type(beta) == "number" then beta = glimpse.full({k.shape[1]}, beta) end
+  return C.cosine(k, mem, beta)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the score registry.  Parameters are plain tensors in a table p:
+--   dot, scaled_dot  (none; Dq == Dk)
+--   general          W (Dq,Dk)                      e = q^T W k
+--   additive         W (H,Dq), b (H) or nil, U (H,Dk), v (H)   e = v^T tanh(W q + b + U k)
+--   concat           W (H,Dq+Dk), v (H)             e = v^T tanh(W [q; k])
+--   location         W (Lmax,Dq), b (Lmax)          e = W q + b (no keys; Luong's location)
+--   cosine           W (Dk,Dq) or nil, and beta (a number) or Wb (1,Dq), bb (1):
+--                    e = beta cos(W q, k), beta = softplus(Wb q + bb) >= 0
+-- precompute(score, p, keys) runs once per sequence (it projects the keys);
+-- step(...) runs once per decoder step.
+
+local SCORE = {}
+
+local function key_dim(keys) return keys.shape[3] end
+
+SCORE.dot = {
+  precompute = function(_, keys) return {k = keys} end,
+  step = function(_, cache, q, values, mask, o)
+    return C.dot(q, cache.k, values, mask, o.prior, 1, o)
+  end,
+}
+
+SCORE.scaled_dot = {
+  precompute = function(_, keys) return {k = keys, scale = 1 / math.sqrt(key_dim(keys))} end,
+  step = function(_, cache, q, values, mask, o)
+    return C.dot(q, cache.k, values, mask, o.prior, cache.scale, o)
+  end,
+}
+
+SCORE.general = {
+  -- q^T W k = q . (W k): the keys are projected once, then it is a dot score
+  precompute = function(p, keys) return {k = glimpse.linear(keys, p.W)} end,
+  step = function(_, cache, q, values, mask, o)
+    return C.dot(q, cache.k, values, mask, o.prior, 1, o)
+  end,
+}
+
+SCORE.additive = {
+  precompute = function(p, keys) return {uk = glimpse.linear(keys, p.U)} end,
+  step = function(p, cache, q, values, mask, o)
+    local uk = cache.uk
+    if o.extra then uk = uk + o.extra end
+    return C.additive(glimpse.linear(q, p.W, p.b), uk, p.v, values, mask, o.prior, o)
+  end,
+}
+
+SCORE.concat = {
+  -- W [q; k] = W_q q + W_k k with W = [W_q W_k]: the key half is applied once per sequence
+  precompute = function(p, keys)
+    local dk = key_dim(keys)
+    local dq = p.W.shape[2] - dk
+    if dq < 1 then
+      error(string.format("attention: concat W {%s} is too narrow for keys of width %d",
+                          table.concat(p.W.shape, ","), dk), 3)
+    end
+    return {uk = glimpse.linear(keys, p.W:narrow(2, dq + 1, dk)), Wq = p.W:narrow(2, 1, dq)}
+  end,
+  step = function(p, cache, q, values, mask, o)
+    local uk = cache.uk
+    if o.extra then uk = uk + o.extra end
+    return C.additive(glimpse.linear(q, cache.Wq), uk, p.v, values, mask, o.prior, o)
+  end,
+}
+
+SCORE.location = {
+  precompute = function(p, keys)
+    local L, Lmax = keys.shape[2], p.W.shape[1]
+    if L > Lmax then
+      error(string.format("attention: location score was built for at most %d positions, "
+                          .. "got %d (raise max_len)", Lmax, L), 3)
+    end
+    return {L = L}
+  end,
+  step = function(p, cache, q, values, mask, o)
+    local e = glimpse.linear(q, p.W, p.b)
+    if cache.L < p.W.shape[1] then e = e:narrow(2, 1, cache.L) end
+    return C.context(e, values, mask, o.prior, o)
+  end,
+}
+
+SCORE.cosine = {
+  precompute = function(_, keys) return {k = keys} end,
+  step = function(p, cache, q, values, mask, o)
+    local qp = p.W and glimpse.linear(q, p.W) or q
+    local beta = p.beta
+    if type(beta) == "number" then
+      beta = glimpse.full({q.shape[1]}, beta)
+    elseif beta == nil and p.Wb then
+      beta = glimpse.linear(q, p.Wb, p.bb):softplus():reshape(q.shape[1])
+    end
+    local e = C.cosine(qp, cache.k, beta)
+    return C.context(e, values, mask, o.prior, o)
+  end,
+}
+
+local function score_def(name, level)
+  local d = SCORE[name]
+  if not d then
+    error(string.format("attention: unknown score %q (one of %s)", tostring(name),
+                        table.concat(M.SCORES, ", ")), level + 1)
+  end
+  return d
+end
+
+--- attention.precompute(score, p, keys (B,L,Dk)) -> cache (per sequence; reuse at every step)
+function M.precompute(score, p, keys)
+  check_tensor(keys, "keys", 3, 2)
+  local cache = score_def(score, 2).precompute(p, keys)
+  cache.score = score
+  return cache
+end
+
+--- attention.step(score, p, cache, q (B,Dq), values (B,L,Dv), mask (B,L) or nil, opts)
+---   -> ctx (B,Dv), alpha (B,L)
+-- opts: prior, temperature, normaliser, extra (B,L,H) (additive/concat only: terms added
+-- inside the tanh, e.g. location features or coverage).
+function M.step(score, p, cache, q, values, mask, opts)
+  opts = opts or {}
+  if opts.extra and score ~= "additive" and score ~= "concat" then
+    error("attention.step: extra terms need the additive or concat score, not " .. score, 2)
+  end
+  check_tensor(q, "query", 2, 2)
+  return score_def(score, 2).step(p, cache, q, values, as_tensor(mask), opts)
+end
+
+--- attention.scores(score, p, cache, q) -> alpha-free raw scores e (B,L), composed from core
+-- ops (a slow reference for tests and for looking at scores before normalisation).
+function M.scores(score, p, cache, q)
+  score_def(score, 2)
+  if score == "dot" or score == "general" or score == "scaled_dot" then
+    local B, L, D = cache.k.shape[1], cache.k.shape[2], cache.k.shape[3]
+    local e = cache.k:matmul(q:reshape(B, D, 1)):reshape(B, L)
+    return cache.scale and e * cache.scale or e
+  elseif score == "additive" or score == "concat" then
+    local wq = score == "additive" and glimpse.linear(q, p.W, p.b) or glimpse.linear(q, cache.Wq)
+    local B, L, H = cache.uk.shape[1], cache.uk.shape[2], cache.uk.shape[3]
+    local t = (cache.uk + wq:reshape(B, 1, H)):tanh()
+    return t:matmul(p.v:reshape(H, 1)):reshape(B, L)
+  elseif score == "location" then
+    local e = glimpse.linear(q, p.W, p.b)
+    return cache.L < p.W.shape[1] and e:narrow(2, 1, cache.L) or e
+  else
+    local qp = p.W and glimpse.linear(q, p.W) or q
+    local B, L = cache.k.shape[1], cache.k.shape[2]
+    local k = cache.k
+    local kn = (k * k):sum(3):sqrt():clamp(1e-8, math.huge)
+    local qn = (qp * qp):sum(2, true):sqrt():clamp(1e-8, math.huge)
+    local cos = k:matmul(qp:reshape(B, -1, 1)):reshape(B, L) / kn / qn
+    local beta = p.beta
+    if type(beta) == "number" then return cos * beta end
+    if beta == nil and p.Wb then beta = glimpse.linear(q, p.Wb, p.bb):softplus() end
+    return beta and cos * beta:reshape(B, 1) or cos
+  end
+end
+
+-- ---------------------------------------------------------------------------------------
+-- local attention (Luong et al. 2015, section 3.2)
+
+--- attention.local_prior(pos, B, L, D, mask) -> prior (B,L), window_mask (B,L)
+-- pos: the window centre p_t, a number (local-m: p_t = t) or a (B) tensor (local-p, may
+-- require grad); positions are 1..L.  prior_bl = exp(-(l - p_b)^2 / (2 sigma^2)),
+-- sigma = D/2; window_mask is 1 where |l - p_b| <= D (and mask is 1).  Pass both to a
+-- step (opts.prior, and the window mask as its mask) and weights outside the window are 0.
+function M.local_prior(pos, B, L, D, mask)
+  if type(D) ~= "number" or D <= 0 then error("attention.local_prior: D must be a positive number", 2) end
+  local positions = glimpse.arange(L):reshape(1, L)
+  local centre = type(pos) == "number" and glimpse.full({B, 1}, pos) or pos:reshape(B, 1)
+  local diff = positions - centre
+  local sigma = D / 2
+  local prior = (diff * diff * (-1 / (2 * sigma * sigma))):exp()
+  local window = glimpse.no_grad(function() return diff:detach():abs():le(D) end)
+  mask = as_tensor(mask)
+  if mask then window = window * mask end
+  return prior, window
+end
+
+--- attention.predict_position(q (B,Dq), Wp (H,Dq), vp (H), lengths (B) tensor) -> p (B)
+-- local-p: p_t = S * sigmoid(vp^T tanh(Wp q)), S the source length of each row.
+function M.predict_position(q, Wp, vp, lengths)
+  local H = vp.shape[1]
+  local s = glimpse.linear(glimpse.linear(q, Wp):tanh(), vp:reshape(1, H)):sigmoid()
+  return s:reshape(q.shape[1]) * lengths
+end
+
+--- attention.lengths(mask (B,L) or nil, B, L) -> (B) tensor of row lengths
+function M.lengths(mask, B, L)
+  mask = as_tensor(mask)
+  if not mask then return glimpse.full({B}, L) end
+  return glimpse.no_grad(function() return mask:detach():sum(2) end)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- location-aware attention (Chorowski et al. 2015): f = F * alpha_{t-1}
+
+--- attention.location_features(prev (B,L), F (K,R), R odd) -> f (B,L,K)
+-- f_blk = sum_r F_kr prev_b(l + r - (R+1)/2), zero outside 1..L: K learned 1-D filters of
+-- width R over the previous step's alignment.  Add U f (B,L,H) inside the additive score
+-- (step's opts.extra).
+function M.location_features(prev, F)
+  check_tensor(prev, "previous alignment", 2, 2)
+  check_tensor(F, "filters", 2, 2)
+  local B, L, R = prev.shape[1], prev.shape[2], F.shape[2]
+  if R % 2 == 0 then error("attention.location_features: filter width must be odd, got " .. R, 2) end
+  local h = (R - 1) // 2
+  local padded = prev
+  if h > 0 then
+    local z = glimpse.zeros(B, h)
+    padded = glimpse.cat({z, prev, z}, 2)
+  end
+  local cols = {}
+  for r = 1, R do cols[r] = padded:narrow(2, r, L) end
+  return glimpse.linear(glimpse.stack(cols, 3), F)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- hard attention and REINFORCE (Xu et al. 2015, section 4.1)
+
+--- attention.entropy(alpha (B,L)) -> H (B) = -sum_l alpha_l log alpha_l (differentiable)
+function M.entropy(alpha)
+  return -(alpha * (alpha + LOG_EPS):log()):sum(2)
+end
+
+--- attention.sample(alpha (B,L), values (B,L,Dv), opts) -> ctx (B,Dv), idx (B,1), logp (B), H (B)
+-- Draws s_b ~ Multinoulli(alpha_b) (opts.greedy: the argmax) and returns the sampled
+-- annotation values_(b,s_b), the 1-based positions, log alpha_(b,s_b) (differentiable: the
+-- REINFORCE term's d log p(s)) and the entropy of alpha (for the entropy bonus).
+function M.sample(alpha, values, opts)
+  check_tensor(alpha, "alpha", 2, 2)
+  local B, Dv = alpha.shape[1], values.shape[3]
+  local idx = glimpse.no_grad(function()
+    local a = alpha:detach()
+    if opts and opts.greedy then return a:argmax(2):reshape(B, 1) end
+    return a:multinomial(1)
+  end)
+  local logp = (alpha:gather(2, idx) + LOG_EPS):log():reshape(B)
+  local ctx = values:gather(2, idx:reshape(B, 1, 1):expand(B, 1, Dv)):reshape(B, Dv)
+  return ctx, idx, logp, M.entropy(alpha)
+end
+
+local Baseline = {}
+Baseline.__index = Baseline
+
+--- attention.baseline(decay) -> a moving-average baseline b <- decay b + (1 - decay) r.
+-- b.value is nil until the first update, which sets it to the first mean reward.
+function M.baseline(decay)
+  decay = decay or 0.9
+  if decay < 0 or decay >= 1 then error("attention.baseline: decay must be in [0,1)", 2) end
+  return setmetatable({decay = decay, value = nil}, Baseline)
+end
+
+--- b:update(r) with r a number (the mean reward of a batch); returns the new value.
+function Baseline:update(r)
+  if self.value == nil then self.value = r
+  else self.value = self.decay * self.value + (1 - self.decay) * r end
+  return self.value
+end
+
+--- attention.reinforce_loss(reward (B), logp (B), opts) -> surrogate loss (scalar), info
+-- The REINFORCE surrogate whose gradient is the score-function estimate of
+-- -d E[reward] / d theta:
+--   loss = -reward_weight * mean_b((r_b - b) logp_b) - entropy_weight * mean_b(H_b)
+-- reward is treated as a constant (detached); logp is the summed log-probability of the
+-- sampled positions (attention.sample's logp, summed over steps).  opts:
+--   baseline        an attention.baseline (updated with mean(r) after use), a number, or nil (0)
+--   entropy (B)     entropies to reward (an entropy bonus), with entropy_weight (default 0)
+--   reward_weight   lambda_r (default 1)
+-- For Show, Attend and Tell: reward = log p(y | s, a) per sequence (i.e. -nll:detach()), and
+-- the total loss is mean(nll) + this surrogate.  info = {baseline = b used, advantage}.
+function M.reinforce_loss(reward, logp, opts)
+  opts = opts or {}
+  check_tensor(reward, "reward", nil, 2)
+  check_tensor(logp, "logp", nil, 2)
+  local r = reward:detach():reshape(logp:numel())
+  local bl = opts.baseline
+  local b = 0
+  if type(bl) == "number" then b = bl
+  elseif type(bl) == "table" then b = bl.value or r:mean():item() end
+  local adv = r - b
+  local loss = (adv * logp:reshape(logp:numel())):mean() * -(opts.reward_weight or 1)
+  if opts.entropy and (opts.entropy_weight or 0) ~= 0 then
+    loss = loss - opts.entropy:mean() * opts.entropy_weight
+  end
+  if type(bl) == "table" then bl:update(r:mean():item()) end
+  return loss, {baseline = b, advantage = adv}
+end
+
+-- ---------------------------------------------------------------------------------------
+-- regularisers
+
+local function stack_alphas(alphas)
+  if glimpse.is_tensor(alphas) then return alphas end
+  return glimpse.stack(alphas, 2)   -- list of T (B,L) -> (B,T,L)
+end
+
+--- attention.doubly_stochastic(alphas, opts) -> scalar
+-- Xu et al.'s penalty sum_i (target - sum_t alpha_ti)^2, averaged over the batch.
+-- alphas: (B,T,L) or a list of T (B,L).  opts.mask (B,L): source positions that count;
+-- opts.tgt_mask (B,T): target steps that count; opts.target (default 1); opts.weight
+-- (lambda, default 1).
+function M.doubly_stochastic(alphas, opts)
+  opts = opts or {}
+  local a = stack_alphas(alphas)
+  local B, T, L = a.shape[1], a.shape[2], a.shape[3]
+  local tm = as_tensor(opts.tgt_mask)
+  if tm then a = a * tm:reshape(B, T, 1) end
+  local d = (a:sum(2) - (opts.target or 1))   -- (B,L)
+  d = d * d
+  local m = as_tensor(opts.mask)
+  if m then d = d * m end
+  return d:sum() * ((opts.weight or 1) / B)
+end
+
+--- attention.coverage(alphas) -> (B,T,L): c_t = sum_{t' < t} alpha_t' (zeros at t = 1)
+function M.coverage(alphas)
+  local a = stack_alphas(alphas)
+  local B, T, L = a.shape[1], a.shape[2], a.shape[3]
+  local covs, c = {}, glimpse.zeros(B, L)
+  for t = 1, T do
+    covs[t] = c
+    c = c + a:select(2, t)
+  end
+  return glimpse.stack(covs, 2)
+end
+
+--- attention.coverage_penalty(alphas, opts) -> scalar
+-- See et al. 2017: sum_t sum_l min(alpha_tl, c_tl) with c the coverage, averaged over the
+-- batch; opts.tgt_mask (B,T) drops padded steps, opts.weight scales it.
+function M.coverage_penalty(alphas, opts)
+  opts = opts or {}
+  local a = stack_alphas(alphas)
+  local B, T = a.shape[1], a.shape[2]
+  local tm = as_tensor(opts.tgt_mask)
+  if tm then a = a * tm:reshape(B, T, 1) end
+  return a:minimum(M.coverage(a)):sum() * ((opts.weight or 1) / B)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- multi-head attention (Vaswani et al. 2017) with PyTorch's parameter layout
+
+--- attention.multi_head(query (B,Tq,d), key (B,Tk,d), value (B,Tk,d), p, opts)
+---   -> out (B,Tq,d), weights (B,Tq,Tk) averaged over heads
+-- p: heads, in_proj_weight (3d,d), in_proj_bias (3d) or nil, out_weight (d,d), out_bias (d)
+-- or nil.  opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
+-- dropout (on the attention weights) and training.  key/value nil: self-attention.
+function M.multi_head(query, key, value, p, opts)
+  opts = opts or {}
+  check_tensor(query, "query", 3, 2)
+  key = key or query
+  value = value or key
+  local B, Tq, d = query.shape[1], query.shape[2], query.shape[3]
+  local Tk = key.shape[2]
+  local h = p.heads
+  if d % h ~= 0 then error(string.format("attention.multi_head: width %d is not a multiple of %d heads", d, h), 2) end
+  local dh = d // h
+  local W, bias = p.in_proj_weight, p.in_proj_bias
+  local q, k, v
+  if key == query and value == query then
+    local qkv = glimpse.linear(query, W, bias)            -- (B,T,3d): one sgemm
+    q, k, v = qkv:narrow(3, 1, d), qkv:narrow(3, d + 1, d), qkv:narrow(3, 2 * d + 1, d)
+  else
+    local function part(i, x)
+      return glimpse.linear(x, W:narrow(1, i * d + 1, d), bias and bias:narrow(1, i * d + 1, d))
+    end
+    q, k, v = part(0, query), part(1, key), part(2, value)
+  end
+  local function heads(x, T) return x:reshape(B, T, h, dh):permute(1, 3, 2, 4):reshape(B * h, T, dh) end
+  q, k, v = heads(q, Tq), heads(k, Tk), heads(v, Tk)
+  local P = C.mh_probs(q, k, as_tensor(opts.mask), h, opts.causal or false, 1 / math.sqrt(dh))
+  local Pd = P
+  if (opts.dropout or 0) > 0 and opts.training then Pd = glimpse.dropout(P, opts.dropout, true) end
+  local ctx = Pd:matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, d)
+  local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
+  return out, P:reshape(B, h, Tq, Tk):mean(2)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- pointer networks (Vinyals et al. 2015)
+
+--- attention.pointer_logits(e (B,L), mask (B,L) or nil, chosen (B,L) or nil) -> logits (B,L)
+-- Positions that are padding or already chosen get e - 1e9, so a softmax gives them exactly
+-- 0 and argmax/multinomial never picks them; feed the logits to glimpse.cross_entropy.
+function M.pointer_logits(e, mask, chosen)
+  mask, chosen = as_tensor(mask), as_tensor(chosen)
+  if not mask and not chosen then return e end
+  local valid = mask or 1
+  if chosen then valid = (chosen * -1 + 1) * valid end
+  return e + (valid - 1) * NEG_BIG
+end
+
+-- ---------------------------------------------------------------------------------------
+-- Neural Turing Machine addressing (Graves et al. 2014, section 3)
+
+local ntm = {}
+M.ntm = ntm
+
+--- ntm.content(key (B,D), memory (B,N,D), beta (B) tensor or number) -> w^c (B,N)
+-- w^c_i = softmax_i(beta K[key, M_i]), K the cosine similarity (eq. 5-6).
+function ntm.content(key, memory, beta)
+  return glimpse.softmax(M.cosine_scores(key, memory, beta), 2)
+end
+
+--- ntm.interpolate(wc (B,N), w_prev (B,N), g (B) or (B,1) in [0,1]) -> g wc + (1 - g) w_prev
+function ntm.interpolate(wc, w_prev, g)
+  if type(g) ~= "number" then g = g:reshape(wc.shape[1], 1) end
+  return wc * g + w_prev * (1 - g)
+end
+
+--- ntm.shift(w (B,N), s (B,2K+1)) -> w~ (B,N), w~_i = sum_j w_j s(i - j mod N) (eq. 8)
+-- s's entries are the weights of shifts -K..K; a one-hot s at +1 moves w up one slot.
+function ntm.shift(w, s) return C.circular_shift(w, s) end
+
+--- ntm.sharpen(w (B,N), gamma (B) tensor or number >= 1) -> w^gamma / sum w^gamma (eq. 9)
+ntm.sharpen = M.sharpen
+
+--- ntm.address(p, memory, w_prev) -> w (B,N): content, interpolation, shift, sharpening
+-- p = {key (B,D), beta (B), g (B), s (B,S), gamma (B)}, usually produced by the controller.
+function ntm.address(p, memory, w_prev)
+  local w = ntm.content(p.key, memory, p.beta)
+  if w_prev then w = ntm.interpolate(w, w_prev, p.g) end
+  if p.s then w = ntm.shift(w, p.s) end
+  if p.gamma then w = ntm.sharpen(w, p.gamma) end
+  return w
+end
+
+--- ntm.read(w (B,N), memory (B,N,D)) -> r (B,D) = sum_i w_i M_i (eq. 2)
+ntm.read = M.context
+
+--- ntm.write(memory (B,N,D), w (B,N), erase (B,D) in [0,1], add (B,D)) -> memory' (B,N,D)
+-- M~_i = M_i * (1 - w_i e) (eq. 3), M'_i = M~_i + w_i a (eq. 4).
+function ntm.write(memory, w, erase, add)
+  local B, N, D = memory.shape[1], memory.shape[2], memory.shape[3]
+  local wc = w:reshape(B, N, 1)
+  local m = memory
+  if erase then m = m * (1 - wc * erase:reshape(B, 1, D)) end
+  if add then m = m + wc * add:reshape(B, 1, D) end
+  return m
+end
+
+return M

@@ -1,0 +1,361 @@
+--- glimpse.nn_attention -- the attention modules, merged into glimpse.nn by nn.lua:
+-- nn.Attention (every score and mode of glimpse.attention behind one calling convention),
+-- nn.MultiheadAttention (PyTorch's parameter names) and nn.Pointer (Vinyals et al. 2015).
+--
+--   local att = nn.Attention{score = "additive", query = 128, key = 64, hidden = 64}
+--   local state = att:precompute(keys, values, mask)     -- keys projected once per sequence
+--   for t = 1, T do
+--     local ctx, alpha
+--     ctx, alpha, state = att(h, keys, values, mask, state)   -- or att(h, nil, nil, nil, state)
+--   end
+--
+-- `state` is a table that carries what the next step needs: the per-sequence cache (projected
+-- keys), keys/values/mask, the step t (local-m), the previous alignment (location-aware), the
+-- coverage vector, and for hard attention the per-step log-probabilities and entropies of the
+-- samples.  Passing no state (or new keys) starts a new sequence.
+local glimpse = require "glimpse"
+local att = require "glimpse.attention"
+
+-- The Module base class lives in nn.lua, which merges this file's classes into glimpse.nn.
+local function base_module()
+  local nn = package.loaded["glimpse.nn"]
+  if type(nn) ~= "table" or not nn.Module then nn = require "glimpse.nn" end
+  return nn
+end
+local nn = base_module()
+local Module = nn.Module
+
+local M = {}
+
+local function uniform(shape, bound)
+  local t = glimpse.empty(table.unpack(shape))
+  t:uniform_(-bound, bound)
+  return t:requires_grad()
+end
+
+local function check_dim(v, what, cls)
+  if math.type(v) ~= "integer" or v < 1 then
+    error(string.format("%s: %s must be a positive integer, got %s", cls, what, tostring(v)), 4)
+  end
+end
+
+local function one_of(v, list, what, cls)
+  for _, x in ipairs(list) do if x == v then return v end end
+  error(string.format("%s: unknown %s %q (one of %s)", cls, what, tostring(v),
+                      table.concat(list, ", ")), 4)
+end
+
+-- A Linear layer without depending on its constructor's argument checks' wording.
+local function linear(din, dout, bias)
+  return nn.Linear(din, dout, {bias = bias})
+end
+
+-- ---------------------------------------------------------------------------------------
+-- nn.Attention
+
+local Attention = Module:extend("Attention")
+M.Attention = Attention
+
+--- nn.Attention{score=, query=Dq, key=Dk, hidden=H, mode="soft", ...} -> module
+-- score: "dot", "scaled_dot", "general", "additive", "concat", "location", "cosine".
+-- mode: "soft" (global), "hard" (sampled, REINFORCE), "local-m", "local-p" (Gaussian window
+-- of half-width `window`, sigma = window/2), "location" (location-aware, Chorowski et al.:
+-- `filters` 1-D filters of width `kernel` over the previous alignment; additive/concat only).
+-- Other options: temperature (1), normaliser ("softmax" | "sigmoid"), coverage (false: add
+-- w_c * coverage inside the additive score), max_len (location score: most positions, 100),
+-- beta (cosine: a fixed key strength; nil: beta = softplus(w^T q + b) learned), soft_prob
+-- (hard mode: probability of using the expected context for a sequence, default 0),
+-- hard_eval ("argmax" | "sample" | "soft": what hard mode does in evaluate(), "argmax").
+-- Forward: ctx (B,Dv), alpha (B,L), state = att(query (B,Dq), keys (B,L,Dk), values
+-- (B,L,Dv) or nil (= keys), mask (B,L) or nil, state or nil).
+function Attention:init(o)
+  local cls = "nn.Attention"
+  if type(o) ~= "table" then error(cls .. ": expected an options table {score=, query=, key=, ...}", 3) end
+  self.score = one_of(o.score or "additive", att.SCORES, "score", cls)
+  self.mode = one_of(o.mode or "soft", att.MODES, "mode", cls)
+  local dq, dk = o.query, o.key or o.query
+  check_dim(dq, "query", cls)
+  check_dim(dk, "key", cls)
+  local dh = o.hidden or dk
+  check_dim(dh, "hidden", cls)
+  self.query_size, self.key_size, self.hidden_size = dq, dk, dh
+  self.window = o.window or 10
+  self.temperature = o.temperature or 1
+  self.normaliser = one_of(o.normaliser or "softmax", {"softmax", "sigmoid"}, "normaliser", cls)
+  self.soft_prob = o.soft_prob or 0
+  self.hard_eval = one_of(o.hard_eval or "argmax", {"argmax", "sample", "soft"}, "hard_eval", cls)
+  self.use_coverage = o.coverage and true or false
+  local s = self.score
+  if (s == "dot" or s == "scaled_dot") and dq ~= dk then
+    error(string.format("%s: the %s score needs query == key sizes, got %d and %d (use general)",
+                        cls, s, dq, dk), 3)
+  end
+  if (self.mode == "location" or self.use_coverage) and s ~= "additive" and s ~= "concat" then
+    error(cls .. ": location-aware mode and coverage need the additive or concat score", 3)
+  end
+  local bh = 1 / math.sqrt(dh)
+  if s == "general" then
+    self.proj = linear(dk, dq, false)                 -- W (Dq,Dk): e = q^T W k
+  elseif s == "additive" then
+    self.query_proj = linear(dq, dh, true)            -- W q + b
+    self.key_proj = linear(dk, dh, false)             -- U k
+    self.v = glimpse.zeros(dh):requires_grad()        -- v = 0: uniform attention at start
+  elseif s == "concat" then
+    self.proj = linear(dq + dk, dh, false)            -- W [q; k]
+    self.v = uniform({dh}, bh)
+  elseif s == "location" then
+    self.max_len = o.max_len or 100
+    self.proj = linear(dq, self.max_len, true)        -- a = softmax(W q)
+  elseif s == "cosine" then
+    if dq ~= dk or o.project then self.query_proj = linear(dq, dk, false) end
+    if type(o.beta) == "number" then
+      self.beta = o.beta
+    else
+      self.beta_proj = linear(dq, 1, true)            -- beta = softplus(w^T q + b)
+      glimpse.no_grad(function() self.beta_proj.bias:fill_(5) end)
+    end
+  end
+  if self.mode == "local-p" then
+    self.pos_proj = linear(dq, dh, false)             -- p_t = S sigmoid(v_p^T tanh(W_p q))
+    self.pos_v = uniform({dh}, bh)
+  elseif self.mode == "location" then
+    self.filters = o.filters or 8
+    self.kernel = o.kernel or 7
+    if self.kernel % 2 == 0 then error(cls .. ": kernel must be odd", 3) end
+    self.location_filters = uniform({self.filters, self.kernel}, 1 / math.sqrt(self.kernel))
+    self.location_proj = linear(self.filters, dh, false)
+  end
+  if self.use_coverage then self.coverage_w = uniform({dh}, bh) end
+end
+
+-- The score's parameters in glimpse.attention's naming.
+function Attention:score_params()
+  local s = self.score
+  if s == "general" then return {W = self.proj.weight}
+  elseif s == "additive" then
+    return {W = self.query_proj.weight, b = self.query_proj.bias, U = self.key_proj.weight,
+            v = self.v}
+  elseif s == "concat" then return {W = self.proj.weight, v = self.v}
+  elseif s == "location" then return {W = self.proj.weight, b = self.proj.bias}
+  elseif s == "cosine" then
+    return {W = self.query_proj and self.query_proj.weight, beta = self.beta,
+            Wb = self.beta_proj and self.beta_proj.weight,
+            bb = self.beta_proj and self.beta_proj.bias}
+  end
+  return {}
+end
+
+--- att:precompute(keys (B,L,Dk), values or nil, mask or nil) -> state for a new sequence
+-- (the keys are projected here, once).
+function Attention:precompute(keys, values, mask)
+  if not glimpse.is_tensor(keys) or keys:dim() ~= 3 then
+    error("Attention:precompute: keys must be a (B,L,Dk) tensor", 2)
+  end
+  if keys.shape[3] ~= self.key_size then
+    error(string.format("Attention:precompute: keys have width %d, the module was built for %d",
+                        keys.shape[3], self.key_size), 2)
+  end
+  if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
+  return {cache = att.precompute(self.score, self:score_params(), keys), keys = keys,
+          values = values or keys, mask = mask, t = 0, logps = {}, entropies = {}}
+end
+
+function Attention:forward(q, keys, values, mask, state)
+  if keys == nil and state and state.keys then
+    keys, values, mask = state.keys, values or state.values, mask or state.mask
+  end
+  if not glimpse.is_tensor(q) or q:dim() ~= 2 or q.shape[2] ~= self.query_size then
+    error(string.format("Attention: query must be (B,%d), got %s", self.query_size,
+                        glimpse.is_tensor(q) and "{" .. table.concat(q.shape, ",") .. "}"
+                        or type(q)), 2)
+  end
+  if not state or state.keys ~= keys or not state.cache then
+    state = self:precompute(keys, values, mask)
+  end
+  values = values or state.values
+  if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
+  local B, L = keys.shape[1], keys.shape[2]
+  state.t = state.t + 1
+  local o = {temperature = self.temperature, normaliser = self.normaliser}
+  local m = mask
+  local mode = self.mode
+  if mode == "local-m" or mode == "local-p" then
+    local pos = state.t                                   -- local-m: p_t = t
+    if mode == "local-p" then
+      pos = att.predict_position(q, self.pos_proj.weight, self.pos_v, att.lengths(mask, B, L))
+    end
+    o.prior, m = att.local_prior(pos, B, L, self.window, mask)
+    state.position = pos
+  end
+  local extra
+  if mode == "location" then
+    local prev = state.prev_alpha or glimpse.zeros(B, L)
+    extra = glimpse.linear(att.location_features(prev, self.location_filters),
+                           self.location_proj.weight)
+  end
+  if self.use_coverage then
+    local cov = state.coverage or glimpse.zeros(B, L)
+    local term = cov:reshape(B, L, 1) * self.coverage_w
+    extra = extra and extra + term or term
+  end
+  o.extra = extra
+  local ctx, alpha = att.step(self.score, self:score_params(), state.cache, q, values, m, o)
+  if mode == "hard" then ctx = self:hard_context(ctx, alpha, values, state) end
+  state.prev_alpha = alpha
+  state.coverage = state.coverage and state.coverage + alpha or alpha
+  return ctx, alpha, state
+end
+
+-- hard mode: replace the expected context by a sampled annotation (training), keep the
+-- sample's log-probability and the entropy for attention.reinforce_loss.
+function Attention:hard_context(soft_ctx, alpha, values, state)
+  if not self.training then
+    if self.hard_eval == "soft" then return soft_ctx end
+    local ctx, idx = att.sample(alpha, values, {greedy = self.hard_eval == "argmax"})
+    state.sample = idx
+    return ctx
+  end
+  if state.use_soft == nil then   -- one decision per sequence (Xu et al.: p = 0.5)
+    state.use_soft = self.soft_prob > 0 and glimpse.rand(1):item() < self.soft_prob
+  end
+  if state.use_soft then return soft_ctx end
+  local ctx, idx, logp, H = att.sample(alpha, values)
+  state.sample = idx
+  state.logps[state.t] = logp
+  state.entropies[state.t] = H
+  return ctx
+end
+
+--- att:reinforce_terms(state, tgt_mask (B,T) or nil) -> logp (B), entropy (B)
+-- Sums of the hard samples' log-probabilities and entropies over the (unpadded) steps of a
+-- sequence; zeros when the sequence used the expected context.  Feed them to
+-- glimpse.attention.reinforce_loss.
+function Attention:reinforce_terms(state, tgt_mask)
+  local B = state.keys.shape[1]
+  local logp, H = glimpse.zeros(B), glimpse.zeros(B)
+  if tgt_mask ~= nil and not glimpse.is_tensor(tgt_mask) then tgt_mask = glimpse.tensor(tgt_mask) end
+  for t = 1, state.t do
+    local lp, h = state.logps[t], state.entropies[t]
+    if lp then
+      if tgt_mask then
+        local mt = tgt_mask:select(2, t)
+        lp, h = lp * mt, h * mt
+      end
+      logp, H = logp + lp, H + h
+    end
+  end
+  return logp, H
+end
+
+function Attention:extra_repr()
+  local s = string.format("score=%s, mode=%s, query=%d, key=%d, hidden=%d", self.score,
+                          self.mode, self.query_size, self.key_size, self.hidden_size)
+  if self.mode == "local-m" or self.mode == "local-p" then s = s .. ", window=" .. self.window end
+  if self.normaliser ~= "softmax" then s = s .. ", normaliser=" .. self.normaliser end
+  if self.temperature ~= 1 then s = s .. ", temperature=" .. self.temperature end
+  if self.use_coverage then s = s .. ", coverage=true" end
+  return s
+end
+
+-- ---------------------------------------------------------------------------------------
+-- nn.MultiheadAttention
+
+local MultiheadAttention = Module:extend("MultiheadAttention")
+M.MultiheadAttention = MultiheadAttention
+
+--- nn.MultiheadAttention(d, heads, {causal=false, dropout=0, bias=true}) -> module
+-- PyTorch's parameters: in_proj_weight (3d,d) (Xavier uniform), in_proj_bias (3d) (zeros),
+-- out_proj.weight (d,d), out_proj.bias (d) (zeros), so its state dict loads unchanged.
+-- Forward: out (B,Tq,d), weights (B,Tq,Tk) (averaged over heads) =
+--   mha(query (B,Tq,d), key (B,Tk,d) or nil, value (B,Tk,d) or nil, mask (B,Tk) or nil,
+--       {causal=})   -- key/value nil: self-attention; mask: 1 = attend, 0 = padding.
+function MultiheadAttention:init(d, heads, opts)
+  local cls = "nn.MultiheadAttention"
+  check_dim(d, "embed_dim", cls)
+  check_dim(heads, "num_heads", cls)
+  if d % heads ~= 0 then
+    error(string.format("%s: embed_dim %d is not a multiple of num_heads %d", cls, d, heads), 3)
+  end
+  opts = opts or {}
+  self.embed_dim, self.num_heads = d, heads
+  self.causal = opts.causal and true or false
+  self.dropout = opts.dropout or 0
+  local bound = math.sqrt(6 / (d + 3 * d))            -- xavier_uniform_ on (3d, d)
+  self.in_proj_weight = uniform({3 * d, d}, bound)
+  if opts.bias ~= false then self.in_proj_bias = glimpse.zeros(3 * d):requires_grad() end
+  self.out_proj = linear(d, d, opts.bias ~= false)
+  if self.out_proj.bias then glimpse.no_grad(function() self.out_proj.bias:zero_() end) end
+end
+
+function MultiheadAttention:forward(query, key, value, mask, opts)
+  if not glimpse.is_tensor(query) or query:dim() ~= 3 or query.shape[3] ~= self.embed_dim then
+    error(string.format("MultiheadAttention: query must be (B,T,%d)", self.embed_dim), 2)
+  end
+  local causal = self.causal
+  if opts and opts.causal ~= nil then causal = opts.causal end
+  return att.multi_head(query, key, value, {
+    heads = self.num_heads, in_proj_weight = self.in_proj_weight,
+    in_proj_bias = self.in_proj_bias, out_weight = self.out_proj.weight,
+    out_bias = self.out_proj.bias}, {mask = mask, causal = causal, dropout = self.dropout,
+                                     training = self.training})
+end
+
+function MultiheadAttention:extra_repr()
+  return string.format("embed_dim=%d, num_heads=%d, causal=%s, dropout=%g", self.embed_dim,
+                       self.num_heads, tostring(self.causal), self.dropout)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- nn.Pointer
+
+local Pointer = Module:extend("Pointer")
+M.Pointer = Pointer
+
+--- nn.Pointer{query=Dq, key=Dk, hidden=H} -> module
+-- u_j = v^T tanh(W1 k_j + W2 q) over input positions j (Vinyals et al. 2015, eq. 3); the
+-- output distribution is softmax(u) over the positions that are neither padding nor already
+-- chosen.  Forward: logits (B,L) (invalid positions at -1e9: feed them to cross_entropy),
+-- probs (B,L) (exactly 0 at invalid positions), state =
+--   ptr(query (B,Dq), keys (B,L,Dk), mask (B,L) or nil, chosen (B,L) or nil, state or nil)
+function Pointer:init(o)
+  local cls = "nn.Pointer"
+  if type(o) ~= "table" then error(cls .. ": expected an options table {query=, key=, hidden=}", 3) end
+  local dq, dk = o.query, o.key or o.query
+  check_dim(dq, "query", cls)
+  check_dim(dk, "key", cls)
+  local dh = o.hidden or dk
+  check_dim(dh, "hidden", cls)
+  self.query_size, self.key_size, self.hidden_size = dq, dk, dh
+  self.key_proj = linear(dk, dh, false)     -- W1
+  self.query_proj = linear(dq, dh, false)   -- W2
+  self.v = uniform({dh}, 1 / math.sqrt(dh))
+end
+
+--- ptr:precompute(keys (B,L,Dk), mask) -> state (W1 k projected once per sequence)
+function Pointer:precompute(keys, mask)
+  if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
+  return {keys = keys, mask = mask, uk = glimpse.linear(keys, self.key_proj.weight)}
+end
+
+function Pointer:forward(q, keys, mask, chosen, state)
+  if keys == nil and state then keys, mask = state.keys, mask or state.mask end
+  if not state or state.keys ~= keys then state = self:precompute(keys, mask) end
+  local e = att.additive_scores(glimpse.linear(q, self.query_proj.weight), state.uk, self.v)
+  local logits = att.pointer_logits(e, mask or state.mask, chosen)
+  return logits, glimpse.softmax(logits, 2), state
+end
+
+--- Pointer.mark(chosen (B,L) or nil, idx (B,1) 1-based, B, L) -> chosen with idx set to 1
+function Pointer.mark(chosen, idx, B, L)
+  return glimpse.no_grad(function()
+    chosen = chosen and chosen:detach() or glimpse.zeros(B, L)
+    return chosen:scatter_add(2, idx, glimpse.ones(idx.shape[1], 1)):clamp(0, 1)
+  end)
+end
+
+function Pointer:extra_repr()
+  return string.format("query=%d, key=%d, hidden=%d", self.query_size, self.key_size,
+                       self.hidden_size)
+end
+
+return M

@@ -1,0 +1,619 @@
+/* ops_attention.c -- the per-step attention hot path as fused ops with hand-written
+ * backward, and the batched-sgemm core of multi-head attention.
+ *
+ * A decoder step of attention is score -> mask -> normalise -> context.  Composed from core
+ * ops that is a dozen nodes and as many temporaries per step; here it is one node per step:
+ *
+ *   gl_attn_additive  e_bl = v . tanh(Wq_b + Uk_bl)        (Bahdanau; also Luong's concat and
+ *                                                          Chorowski's location-aware score,
+ *                                                          whose extra terms the caller adds to Uk)
+ *   gl_attn_dot       e_bl = scale * q_b . k_bl            (dot, scaled_dot, and general with the
+ *                                                          keys projected once per sequence)
+ *   gl_attn_context   e given                              (any other score: concat, cosine,
+ *                                                          location, composed from core ops)
+ *
+ * each followed by the same normalise-and-read tail:
+ *
+ *   p_bl     = m_bl exp(e_bl / T) / sum_j m_bj exp(e_bj / T)          normaliser "softmax"
+ *            = m_bl sig(e_bl / T) / sum_j m_bj sig(e_bj / T)          normaliser "sigmoid"
+ *                                           (the smoothing of Chorowski et al. 2015)
+ *   alpha_bl = p_bl * prior_bl     (prior optional: local attention's Gaussian window)
+ *   ctx_bd   = sum_l alpha_bl values_bld
+ *
+ * Masked positions (m == 0) get exactly zero weight and a row with every position masked is
+ * all zeros.  The ops have two outputs, ctx (B,Dv) and alpha (B,L); gradients flow from both.
+ *
+ * The multi-head core, gl_attn_mh_probs, computes softmax(scale Q K^T + masks) for all heads
+ * and batch items with one batched sgemm forward and two backward.
+ */
+#include "glimpse.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
+
+/* ------------------------------------------------------------------------ */
+/* shared: argument checks, normalise-and-read forward and backward */
+
+typedef struct {
+  int B, L, Dv;
+  float inv_t;   /* 1 / temperature */
+  int norm;      /* GL_ATTN_SOFTMAX or GL_ATTN_SIGMOID */
+} tail_geom;
+
+/* Slots in n->ints that say where each saved tensor lives (-1: not saved). */
+enum { SI_ALPHA = 0, SI_P, SI_S, SI_MASK, SI_EXTRA, SI_B, SI_L, SI_DV };
+/* n->ints has 8 entries: the five indices above, then B, L, Dv; the normaliser kind is
+ * packed into floats[1], 1/temperature into floats[0], the score's own scalar into floats[2]. */
+
+static int check_opts(const char *op, const gl_attn_opts *o, float *inv_t, int *norm) {
+  *inv_t = 1.0f;
+  *norm = GL_ATTN_SOFTMAX;
+  if (!o) return GL_OK;
+  if (!(o->temperature > 0) || !isfinite(o->temperature))
+    return gl_fail(GL_EARG, "%s: temperature must be positive and finite, got %g", op,
+                   (double)o->temperature);
+  if (o->normaliser != GL_ATTN_SOFTMAX && o->normaliser != GL_ATTN_SIGMOID)
+    return gl_fail(GL_EARG, "%s: unknown normaliser %d", op, o->normaliser);
+  *inv_t = 1.0f / o->temperature;
+  *norm = o->normaliser;
+  return GL_OK;
+}
+
+/* values (B,L,Dv), mask/prior (B,L) or NULL */
+static int check_tail(const char *op, const gl_tensor *values, const gl_tensor *mask,
+                      const gl_tensor *prior, int B, int L) {
+  char b1[128], b2[128];
+  if (values->ndim != 3 || values->shape[0] != B || values->shape[1] != L)
+    return gl_fail(GL_ESHAPE, "%s: values %s should be (B,L,Dv) with B=%d, L=%d", op,
+                   SHAPE(b1, values), B, L);
+  if (mask && (mask->ndim != 2 || mask->shape[0] != B || mask->shape[1] != L))
+    return gl_fail(GL_ESHAPE, "%s: mask %s should be (B,L) = [%d,%d] (values %s)", op,
+                   SHAPE(b1, mask), B, L, SHAPE(b2, values));
+  if (prior && (prior->ndim != 2 || prior->shape[0] != B || prior->shape[1] != L))
+    return gl_fail(GL_ESHAPE, "%s: prior %s should be (B,L) = [%d,%d]", op, SHAPE(b1, prior), B,
+                   L);
+  return GL_OK;
+}
+
+/* e (B,L) -> p (and s, the sigmoids, when the normaliser is "sigmoid"), alpha, ctx */
+static void tail_forward(const tail_geom *g, const float *e, const float *mask,
+                         const float *prior, const float *values, float *p, float *s,
+                         float *alpha, float *ctx) {
+  int L = g->L, Dv = g->Dv;
+  for (int b = 0; b < g->B; b++) {
+    const float *eb = e + (size_t)b * L, *mb = mask ? mask + (size_t)b * L : NULL;
+    float *pb = p + (size_t)b * L;
+    double sum = 0;
+    if (g->norm == GL_ATTN_SOFTMAX) {
+      float mx = -INFINITY;
+      for (int l = 0; l < L; l++)
+        if ((!mb || mb[l] != 0) && eb[l] * g->inv_t > mx) mx = eb[l] * g->inv_t;
+      for (int l = 0; l < L; l++) {
+        float x = (mb && mb[l] == 0) || mx == -INFINITY ? 0.0f : expf(eb[l] * g->inv_t - mx);
+        pb[l] = x;
+        sum += x;
+      }
+    } else {
+      float *sb = s + (size_t)b * L;
+      for (int l = 0; l < L; l++) {
+        float x = 1.0f / (1.0f + expf(-eb[l] * g->inv_t));
+        sb[l] = x;
+        if (mb && mb[l] == 0) x = 0.0f;
+        pb[l] = x;
+        sum += x;
+      }
+    }
+    float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    for (int l = 0; l < L; l++) pb[l] *= inv;
+    float *ab = alpha + (size_t)b * L;
+    if (prior) {
+      const float *rb = prior + (size_t)b * L;
+      for (int l = 0; l < L; l++) ab[l] = pb[l] * rb[l];
+    } else if (ab != pb) {
+      memcpy(ab, pb, sizeof(float) * (size_t)L);
+    }
+    float *cb = ctx + (size_t)b * Dv;
+    memset(cb, 0, sizeof(float) * (size_t)Dv);
+    for (int l = 0; l < L; l++) {
+      float a = ab[l];
+      if (a == 0) continue;
+      const float *vl = values + ((size_t)b * L + l) * Dv;
+      for (int d = 0; d < Dv; d++) cb[d] += a * vl[d];
+    }
+  }
+}
+
+/* The tail's backward.  Restating the forward:
+ *   ctx_bd = sum_l alpha_bl V_bld,  alpha = p * prior,  p = normalise(e / T)
+ * derivatives:
+ *   ga_bl  = galpha_bl + sum_d gctx_bd V_bld          (total gradient at alpha)
+ *   gV_bld += alpha_bl gctx_bd
+ *   gprior_bl += ga_bl p_bl,   gp_bl = ga_bl prior_bl
+ *   softmax: ge_bl = p_bl (gp_bl - sum_j gp_bj p_bj) / T
+ *   sigmoid: ge_bl = p_bl (1 - s_bl) (gp_bl - sum_j gp_bj p_bj) / T
+ * ge (B,L) is written (not accumulated); the score's backward takes it from there. */
+static void tail_backward(const tail_geom *g, const float *values, const float *alpha,
+                          const float *p, const float *s, const float *prior, const float *gctx,
+                          const float *galpha, float *gvalues, float *gprior, float *ge) {
+  int L = g->L, Dv = g->Dv;
+  for (int b = 0; b < g->B; b++) {
+    const float *gc = gctx + (size_t)b * Dv, *ab = alpha + (size_t)b * L;
+    const float *pb = p + (size_t)b * L;
+    float *geb = ge + (size_t)b * L;
+    for (int l = 0; l < L; l++) {
+      const float *vl = values + ((size_t)b * L + l) * Dv;
+      float acc = 0;
+      for (int d = 0; d < Dv; d++) acc += gc[d] * vl[d];
+      geb[l] = galpha[(size_t)b * L + l] + acc;     /* ga for now */
+      if (gvalues && ab[l] != 0) {
+        float *gv = gvalues + ((size_t)b * L + l) * Dv;
+        float a = ab[l];
+        for (int d = 0; d < Dv; d++) gv[d] += a * gc[d];
+      }
+    }
+    if (prior) {
+      const float *rb = prior + (size_t)b * L;
+      for (int l = 0; l < L; l++) {
+        if (gprior) gprior[(size_t)b * L + l] += geb[l] * pb[l];
+        geb[l] *= rb[l];
+      }
+    }
+    double dot = 0;
+    for (int l = 0; l < L; l++) dot += (double)geb[l] * pb[l];
+    if (g->norm == GL_ATTN_SOFTMAX) {
+      for (int l = 0; l < L; l++) geb[l] = pb[l] * (geb[l] - (float)dot) * g->inv_t;
+    } else {
+      const float *sb = s + (size_t)b * L;
+      for (int l = 0; l < L; l++)
+        geb[l] = pb[l] * (1.0f - sb[l]) * (geb[l] - (float)dot) * g->inv_t;
+    }
+  }
+}
+
+/* Allocate the outputs and the p/s buffers, run the tail, record the node.  `e` is the
+ * score buffer (B,L) the caller filled.  in[] are the node's inputs; the value tensor is
+ * in[vi], the prior in[pi] (may be NULL).  `extra` is a tensor the score's backward needs
+ * (saved at SI_EXTRA), or NULL.  On success *node is the recorded node or NULL. */
+static int tail_run(const gl_op *op, const tail_geom *g, const float *e, gl_tensor **ctx,
+                    gl_tensor **alpha, int nin, gl_tensor **in, int vi, int pi,
+                    const gl_tensor *mask, gl_tensor *extra, gl_node **node) {
+  int st;
+  int need = gl_needs_grad(nin, in);
+  gl_tensor *prior = in[pi];
+  *ctx = *alpha = NULL;
+  *node = NULL;
+  if ((st = gl_empty(ctx, 2, (int[]){g->B, g->Dv}))) return st;
+  if ((st = gl_empty(alpha, 2, (int[]){g->B, g->L}))) goto fail;
+  gl_tensor *p = NULL, *s = NULL;
+  if (prior && (st = gl_empty(&p, 2, (int[]){g->B, g->L}))) goto fail;
+  if (g->norm == GL_ATTN_SIGMOID && (st = gl_empty(&s, 2, (int[]){g->B, g->L}))) {
+    gl_release(p);
+    goto fail;
+  }
+  tail_forward(g, e, mask ? mask->data : NULL, prior ? prior->data : NULL, in[vi]->data,
+               p ? p->data : (*alpha)->data, s ? s->data : NULL, (*alpha)->data, (*ctx)->data);
+  if (need) {
+    gl_tensor *outs[2] = {*ctx, *alpha};
+    gl_node *n = gl_record(op, nin, in, 2, outs);
+    if (n) {
+      int k = 0;
+      for (int i = 0; i < 5; i++) n->ints[i] = -1;
+      gl_tensor *al = gl_alias(*alpha);
+      gl_save(n, al);
+      gl_release(al);
+      n->ints[SI_ALPHA] = k++;
+      if (p) { gl_save(n, p); n->ints[SI_P] = k++; }
+      if (s) { gl_save(n, s); n->ints[SI_S] = k++; }
+      if (mask) { gl_save(n, (gl_tensor *)mask); n->ints[SI_MASK] = k++; }
+      if (extra) { gl_save(n, extra); n->ints[SI_EXTRA] = k++; }
+      n->ints[SI_B] = g->B;
+      n->ints[SI_L] = g->L;
+      n->ints[SI_DV] = g->Dv;
+      n->floats[0] = g->inv_t;
+      n->floats[1] = (float)g->norm;
+    }
+    *node = n;
+  }
+  gl_release(p);
+  gl_release(s);
+  return GL_OK;
+fail:
+  gl_release(*ctx);
+  gl_release(*alpha);
+  *ctx = *alpha = NULL;
+  return st;
+}
+
+/* scratch sizes are never 0 (the allocator wants a real bucket) */
+static size_t scratch_n(size_t n) { return n ? n : 1; }
+
+static gl_tensor *saved_at(gl_node *n, int slot) {
+  return n->ints[slot] >= 0 ? n->saved[n->ints[slot]] : NULL;
+}
+
+/* Common first half of each op's backward: ge (B,L) scratch, gradients of values/prior. */
+static int tail_grad(gl_node *n, gl_tensor **gout, int vi, int pi, float **ge_out) {
+  tail_geom g = {n->ints[SI_B], n->ints[SI_L], n->ints[SI_DV], n->floats[0], (int)n->floats[1]};
+  gl_tensor *alpha = saved_at(n, SI_ALPHA), *p = saved_at(n, SI_P), *s = saved_at(n, SI_S);
+  gl_tensor *prior = n->in[pi];
+  gl_tensor *gv = gl_grad_of(n, vi), *gp = prior ? gl_grad_of(n, pi) : NULL;
+  size_t BL = (size_t)g.B * g.L;
+  float *ge = gl_scratch_alloc(scratch_n(BL));
+  if (!ge) return gl_fail(GL_ENOMEM, "%s backward: out of memory", n->op->name);
+  tail_backward(&g, n->in[vi]->data, alpha->data, p ? p->data : alpha->data,
+                s ? s->data : NULL, prior ? prior->data : NULL, gout[0]->data, gout[1]->data,
+                gv ? gv->data : NULL, gp ? gp->data : NULL, ge);
+  *ge_out = ge;
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* additive (Bahdanau): wq (B,H), uk (B,L,H), v (H), values (B,L,Dv), mask (B,L), prior (B,L)
+ *                      -> ctx (B,Dv), alpha (B,L)
+ * forward: t_blh = tanh(wq_bh + uk_blh),  e_bl = sum_h v_h t_blh,  then the tail.
+ * backward (from ge): gv_h += sum_bl ge_bl t_blh
+ *                     d_blh = ge_bl v_h (1 - t_blh^2);  guk_blh += d_blh;  gwq_bh += sum_l d_blh */
+
+static int additive_backward(gl_node *n, gl_tensor **gout) {
+  float *ge;
+  int st = tail_grad(n, gout, 3, 4, &ge);
+  if (st) return st;
+  int B = n->ints[SI_B], L = n->ints[SI_L];
+  int H = n->in[2]->shape[0];
+  const float *t = saved_at(n, SI_EXTRA)->data, *v = n->in[2]->data;
+  gl_tensor *gwq = gl_grad_of(n, 0), *guk = gl_grad_of(n, 1), *gv = gl_grad_of(n, 2);
+  for (int b = 0; b < B; b++)
+    for (int l = 0; l < L; l++) {
+      float c = ge[(size_t)b * L + l];
+      if (c == 0) continue;
+      const float *tl = t + ((size_t)b * L + l) * H;
+      if (gv)
+        for (int h = 0; h < H; h++) gv->data[h] += c * tl[h];
+      if (gwq || guk) {
+        float *gw = gwq ? gwq->data + (size_t)b * H : NULL;
+        float *gu = guk ? guk->data + ((size_t)b * L + l) * H : NULL;
+        for (int h = 0; h < H; h++) {
+          float d = c * v[h] * (1.0f - tl[h] * tl[h]);
+          if (gu) gu[h] += d;
+          if (gw) gw[h] += d;
+        }
+      }
+    }
+  gl_scratch_free(ge, scratch_n((size_t)B * L));
+  return GL_OK;
+}
+
+static const gl_op op_attn_additive = {"attn_additive", additive_backward};
+
+static int check_additive(const char *op, const gl_tensor *wq, const gl_tensor *uk,
+                          const gl_tensor *v) {
+  char b1[128], b2[128], b3[128];
+  if (wq->ndim != 2 || uk->ndim != 3 || v->ndim != 1 || uk->shape[0] != wq->shape[0] ||
+      uk->shape[2] != wq->shape[1] || v->shape[0] != wq->shape[1])
+    return gl_fail(GL_ESHAPE, "%s: Wq %s, Uk %s, v %s should be (B,H), (B,L,H), (H)", op,
+                   SHAPE(b1, wq), SHAPE(b2, uk), SHAPE(b3, v));
+  return GL_OK;
+}
+
+/* A tanh that vectorises.  libm's tanhf is a scalar SSE routine: slow by itself, and far
+ * slower right after OpenBLAS's AVX-512 kernels (the SSE/AVX transition penalty), which is
+ * exactly where an attention step runs.  Here: an odd Taylor polynomial for |x| < 0.4 (error
+ * below 3e-8) and 1 - 2 / (e^2|x| + 1) beyond, with e^y by range reduction y = n ln2 + r,
+ * |r| <= ln2/2, and a degree-6 polynomial for e^r (relative error below 1e-7). */
+static inline float exp_pos(float y) {           /* 0 <= y <= 18 */
+  /* round to nearest by the 1.5 * 2^23 trick: floorf would block vectorisation */
+  float n = (y * 1.44269504f + 12582912.0f) - 12582912.0f;
+  float r = y - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+            r * (1.0f / 720))))));
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+static inline float fast_tanh(float x) {
+  float a = fabsf(x);
+  if (a > 9.0f) a = 9.0f;                         /* tanh(9) rounds to 1 in float */
+  float big = 1.0f - 2.0f / (exp_pos(2.0f * a) + 1.0f);
+  float a2 = a * a;
+  float small = a * (1.0f + a2 * (-1.0f / 3 + a2 * (2.0f / 15 + a2 * (-17.0f / 315 +
+                a2 * (62.0f / 2835 + a2 * (-1382.0f / 155925))))));
+  float t = a < 0.4f ? small : big;
+  return x < 0 ? -t : t;
+}
+
+/* e_bl = sum_h v_h tanh(wq_bh + uk_blh); t (B,L,H) receives the tanh values (or is a scratch
+ * row of H floats when the caller keeps nothing: then `keep` is 0) */
+static void additive_scores(const float *wq, const float *uk, const float *v, int B, int L,
+                            int H, float *e, float *t, int keep) {
+  for (int b = 0; b < B; b++) {
+    const float *w = wq + (size_t)b * H;
+    for (int l = 0; l < L; l++) {
+      const float *u = uk + ((size_t)b * L + l) * H;
+      float *tl = keep ? t + ((size_t)b * L + l) * H : t;
+      for (int h = 0; h < H; h++) tl[h] = fast_tanh(w[h] + u[h]);
+      float acc = 0;
+      for (int h = 0; h < H; h++) acc += v[h] * tl[h];
+      e[(size_t)b * L + l] = acc;
+    }
+  }
+}
+
+int gl_attn_additive(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *wq, gl_tensor *uk,
+                     gl_tensor *v, gl_tensor *values, const gl_tensor *mask, gl_tensor *prior,
+                     const gl_attn_opts *o) {
+  const char *op = "attn_additive";
+  int st, norm;
+  float inv_t;
+  if ((st = check_additive(op, wq, uk, v))) return st;
+  int B = uk->shape[0], L = uk->shape[1], H = uk->shape[2];
+  if ((st = check_tail(op, values, mask, prior, B, L))) return st;
+  if ((st = check_opts(op, o, &inv_t, &norm))) return st;
+  tail_geom g = {B, L, values->shape[2], inv_t, norm};
+  gl_tensor *in[5] = {wq, uk, v, values, prior};
+  gl_tensor *t = NULL, *e = NULL;
+  int keep = gl_needs_grad(5, in);
+  if ((st = keep ? gl_empty(&t, 3, uk->shape) : gl_empty(&t, 1, (int[]){H > 0 ? H : 1})))
+    return st;
+  if ((st = gl_empty(&e, 2, (int[]){B, L}))) { gl_release(t); return st; }
+  additive_scores(wq->data, uk->data, v->data, B, L, H, e->data, t->data, keep);
+  gl_node *n;
+  st = tail_run(&op_attn_additive, &g, e->data, ctx, alpha, 5, in, 3, 4, mask, keep ? t : NULL,
+                &n);
+  gl_release(e);
+  gl_release(t);
+  return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* additive scores alone: wq (B,H), uk (B,L,H), v (H) -> e (B,L)   (pointer networks)
+ * backward: as above with ge = gout */
+
+static int additive_scores_backward(gl_node *n, gl_tensor **gout) {
+  int B = n->ints[0], L = n->ints[1], H = n->ints[2];
+  const float *t = n->saved[0]->data, *v = n->in[2]->data, *ge = gout[0]->data;
+  gl_tensor *gwq = gl_grad_of(n, 0), *guk = gl_grad_of(n, 1), *gv = gl_grad_of(n, 2);
+  for (int b = 0; b < B; b++)
+    for (int l = 0; l < L; l++) {
+      float c = ge[(size_t)b * L + l];
+      if (c == 0) continue;
+      const float *tl = t + ((size_t)b * L + l) * H;
+      float *gw = gwq ? gwq->data + (size_t)b * H : NULL;
+      float *gu = guk ? guk->data + ((size_t)b * L + l) * H : NULL;
+      for (int h = 0; h < H; h++) {
+        if (gv) gv->data[h] += c * tl[h];
+        float d = c * v[h] * (1.0f - tl[h] * tl[h]);
+        if (gu) gu[h] += d;
+        if (gw) gw[h] += d;
+      }
+    }
+  return GL_OK;
+}
+
+static const gl_op op_attn_additive_scores = {"attn_additive_scores", additive_scores_backward};
+
+int gl_attn_additive_scores(gl_tensor **e, gl_tensor *wq, gl_tensor *uk, gl_tensor *v) {
+  int st;
+  if ((st = check_additive("attn_additive_scores", wq, uk, v))) return st;
+  int B = uk->shape[0], L = uk->shape[1], H = uk->shape[2];
+  gl_tensor *in[3] = {wq, uk, v};
+  gl_tensor *t = NULL;
+  int keep = gl_needs_grad(3, in);
+  if ((st = keep ? gl_empty(&t, 3, uk->shape) : gl_empty(&t, 1, (int[]){H > 0 ? H : 1})))
+    return st;
+  if ((st = gl_empty(e, 2, (int[]){B, L}))) { gl_release(t); return st; }
+  additive_scores(wq->data, uk->data, v->data, B, L, H, (*e)->data, t->data, keep);
+  gl_node *n = gl_record(&op_attn_additive_scores, 3, in, 1, e);
+  if (n) {
+    gl_save(n, t);
+    n->ints[0] = B;
+    n->ints[1] = L;
+    n->ints[2] = H;
+  }
+  gl_release(t);
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* dot: q (B,D), keys (B,L,D), values (B,L,Dv), mask, prior -> ctx (B,Dv), alpha (B,L)
+ * forward: e_bl = scale sum_d q_bd k_bld, then the tail.  (scaled_dot: scale = 1/sqrt(D);
+ *          general: keys = keys W^T projected once per sequence by the caller.)
+ * backward (from ge): gq_bd += scale sum_l ge_bl k_bld;  gk_bld += scale ge_bl q_bd */
+
+static int dot_backward(gl_node *n, gl_tensor **gout) {
+  float *ge;
+  int st = tail_grad(n, gout, 2, 3, &ge);
+  if (st) return st;
+  int B = n->ints[SI_B], L = n->ints[SI_L];
+  int D = n->in[0]->shape[1];
+  float scale = n->floats[2];
+  const float *q = n->in[0]->data, *k = n->in[1]->data;
+  gl_tensor *gq = gl_grad_of(n, 0), *gk = gl_grad_of(n, 1);
+  for (int b = 0; b < B; b++)
+    for (int l = 0; l < L; l++) {
+      float c = scale * ge[(size_t)b * L + l];
+      if (c == 0) continue;
+      const float *kl = k + ((size_t)b * L + l) * D, *qb = q + (size_t)b * D;
+      if (gq) {
+        float *g = gq->data + (size_t)b * D;
+        for (int d = 0; d < D; d++) g[d] += c * kl[d];
+      }
+      if (gk) {
+        float *g = gk->data + ((size_t)b * L + l) * D;
+        for (int d = 0; d < D; d++) g[d] += c * qb[d];
+      }
+    }
+  gl_scratch_free(ge, scratch_n((size_t)B * L));
+  return GL_OK;
+}
+
+static const gl_op op_attn_dot = {"attn_dot", dot_backward};
+
+int gl_attn_dot(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *q, gl_tensor *keys,
+                gl_tensor *values, const gl_tensor *mask, gl_tensor *prior, float scale,
+                const gl_attn_opts *o) {
+  const char *op = "attn_dot";
+  char b1[128], b2[128];
+  int st, norm;
+  float inv_t;
+  if (q->ndim != 2 || keys->ndim != 3 || keys->shape[0] != q->shape[0] ||
+      keys->shape[2] != q->shape[1])
+    return gl_fail(GL_ESHAPE, "%s: query %s and keys %s should be (B,D) and (B,L,D)", op,
+                   SHAPE(b1, q), SHAPE(b2, keys));
+  int B = keys->shape[0], L = keys->shape[1], D = keys->shape[2];
+  if ((st = check_tail(op, values, mask, prior, B, L))) return st;
+  if ((st = check_opts(op, o, &inv_t, &norm))) return st;
+  tail_geom g = {B, L, values->shape[2], inv_t, norm};
+  gl_tensor *e = NULL;
+  if ((st = gl_empty(&e, 2, (int[]){B, L}))) return st;
+  for (int b = 0; b < B; b++) {
+    const float *qb = q->data + (size_t)b * D;
+    for (int l = 0; l < L; l++) {
+      const float *kl = keys->data + ((size_t)b * L + l) * D;
+      float acc = 0;
+      for (int d = 0; d < D; d++) acc += qb[d] * kl[d];
+      e->data[(size_t)b * L + l] = scale * acc;
+    }
+  }
+  gl_tensor *in[4] = {q, keys, values, prior};
+  gl_node *n;
+  st = tail_run(&op_attn_dot, &g, e->data, ctx, alpha, 4, in, 2, 3, mask, NULL, &n);
+  if (n) n->floats[2] = scale;
+  gl_release(e);
+  return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* context from given scores: e (B,L), values (B,L,Dv), mask, prior -> ctx (B,Dv), alpha (B,L)
+ * backward: ge_bl += (the tail's ge) */
+
+static int context_backward(gl_node *n, gl_tensor **gout) {
+  float *ge;
+  int st = tail_grad(n, gout, 1, 2, &ge);
+  if (st) return st;
+  size_t BL = (size_t)n->ints[SI_B] * n->ints[SI_L];
+  gl_tensor *gs = gl_grad_of(n, 0);
+  if (gs)
+    for (size_t i = 0; i < BL; i++) gs->data[i] += ge[i];
+  gl_scratch_free(ge, scratch_n(BL));
+  return GL_OK;
+}
+
+static const gl_op op_attn_context = {"attn_context", context_backward};
+
+int gl_attn_context(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *scores, gl_tensor *values,
+                    const gl_tensor *mask, gl_tensor *prior, const gl_attn_opts *o) {
+  const char *op = "attn_context";
+  char b1[128];
+  int st, norm;
+  float inv_t;
+  if (scores->ndim != 2)
+    return gl_fail(GL_ESHAPE, "%s: scores %s should be (B,L)", op, SHAPE(b1, scores));
+  int B = scores->shape[0], L = scores->shape[1];
+  if ((st = check_tail(op, values, mask, prior, B, L))) return st;
+  if ((st = check_opts(op, o, &inv_t, &norm))) return st;
+  tail_geom g = {B, L, values->shape[2], inv_t, norm};
+  gl_tensor *in[3] = {scores, values, prior};
+  gl_node *n;
+  return tail_run(&op_attn_context, &g, scores->data, ctx, alpha, 3, in, 1, 2, mask, NULL, &n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* multi-head probabilities: q (N,Tq,d), k (N,Tk,d), N = B*heads (batch-major: row n is batch
+ * item n / heads), mask (B,Tk) 0/1 or NULL, causal (key j visible to query i iff j <= i)
+ *   -> P (N,Tq,Tk) = softmax_j(scale q_ni . k_nj) over the visible keys (rows with no visible
+ *      key are zeros)
+ * backward: gS = P * (gP - rowsum(gP * P));  gq += scale gS k;  gk += scale gS^T q
+ * Both directions are batched sgemms over the N heads. */
+
+static int mh_probs_backward(gl_node *n, gl_tensor **gout) {
+  int N = n->ints[0], Tq = n->ints[1], Tk = n->ints[2], d = n->ints[3];
+  float scale = n->floats[0];
+  const float *P = n->saved[0]->data, *gP = gout[0]->data;
+  gl_tensor *gq = gl_grad_of(n, 0), *gk = gl_grad_of(n, 1);
+  if (!gq && !gk) return GL_OK;
+  size_t tot = (size_t)N * Tq * Tk;
+  float *gS = gl_scratch_alloc(scratch_n(tot));
+  if (!gS) return gl_fail(GL_ENOMEM, "attn_mh_probs backward: out of memory");
+  for (size_t r = 0; r < (size_t)N * Tq; r++) {
+    const float *pr = P + r * Tk, *gr = gP + r * Tk;
+    float *sr = gS + r * Tk;
+    double dot = 0;
+    for (int j = 0; j < Tk; j++) dot += (double)gr[j] * pr[j];
+    for (int j = 0; j < Tk; j++) sr[j] = pr[j] * (gr[j] - (float)dot);
+  }
+  if (tot) {
+    if (gq)
+      gl_sgemm_batched(0, 0, N, Tq, d, Tk, scale, gS, (size_t)Tq * Tk, n->in[1]->data,
+                       (size_t)Tk * d, 1.0f, gq->data, (size_t)Tq * d);
+    if (gk)
+      gl_sgemm_batched(1, 0, N, Tk, d, Tq, scale, gS, (size_t)Tq * Tk, n->in[0]->data,
+                       (size_t)Tq * d, 1.0f, gk->data, (size_t)Tk * d);
+  }
+  gl_scratch_free(gS, scratch_n(tot));
+  return GL_OK;
+}
+
+static const gl_op op_attn_mh_probs = {"attn_mh_probs", mh_probs_backward};
+
+int gl_attn_mh_probs(gl_tensor **probs, gl_tensor *q, gl_tensor *k, const gl_tensor *mask,
+                     int heads, int causal, float scale) {
+  const char *op = "attn_mh_probs";
+  char b1[128], b2[128];
+  int st;
+  if (q->ndim != 3 || k->ndim != 3 || q->shape[0] != k->shape[0] || q->shape[2] != k->shape[2])
+    return gl_fail(GL_ESHAPE, "%s: q %s and k %s should be (N,Tq,d) and (N,Tk,d)", op,
+                   SHAPE(b1, q), SHAPE(b2, k));
+  int N = q->shape[0], Tq = q->shape[1], Tk = k->shape[1], d = q->shape[2];
+  if (heads < 1 || N % heads)
+    return gl_fail(GL_EARG, "%s: %d rows are not a multiple of %d heads", op, N, heads);
+  int B = N / heads;
+  if (mask && (mask->ndim != 2 || mask->shape[0] != B || mask->shape[1] != Tk))
+    return gl_fail(GL_ESHAPE, "%s: key padding mask %s should be (B,Tk) = [%d,%d]", op,
+                   SHAPE(b1, mask), B, Tk);
+  if ((st = gl_blas_init())) return st;
+  if ((st = gl_empty(probs, 3, (int[]){N, Tq, Tk}))) return st;
+  float *P = (*probs)->data;
+  size_t tot = (size_t)N * Tq * Tk;
+  if (!tot) goto record;
+  if (d > 0)
+    gl_sgemm_batched(0, 1, N, Tq, Tk, d, scale, q->data, (size_t)Tq * d, k->data,
+                     (size_t)Tk * d, 0.0f, P, (size_t)Tq * Tk);
+  else
+    memset(P, 0, tot * sizeof(float));
+  for (int nn = 0; nn < N; nn++) {
+    const float *mb = mask ? mask->data + (size_t)(nn / heads) * Tk : NULL;
+    for (int i = 0; i < Tq; i++) {
+      float *row = P + ((size_t)nn * Tq + i) * Tk;
+      int lim = causal && i + 1 < Tk ? i + 1 : Tk;   /* keys [0, lim) may be visible */
+      float mx = -INFINITY;
+      for (int j = 0; j < lim; j++)
+        if ((!mb || mb[j] != 0) && row[j] > mx) mx = row[j];
+      double sum = 0;
+      for (int j = 0; j < Tk; j++) {
+        float x = j >= lim || (mb && mb[j] == 0) || mx == -INFINITY ? 0.0f : expf(row[j] - mx);
+        row[j] = x;
+        sum += x;
+      }
+      float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+      for (int j = 0; j < Tk; j++) row[j] *= inv;
+    }
+  }
+record:;
+  gl_tensor *in[2] = {q, k};
+  gl_node *n = gl_record(&op_attn_mh_probs, 2, in, 1, probs);
+  if (n) {
+    gl_tensor *al = gl_alias(*probs);
+    gl_save(n, al);
+    gl_release(al);
+    n->ints[0] = N;
+    n->ints[1] = Tq;
+    n->ints[2] = Tk;
+    n->ints[3] = d;
+    n->floats[0] = scale;
+  }
+  return GL_OK;
+}
