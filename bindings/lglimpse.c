@@ -797,6 +797,10 @@ int luaopen_glimpse(lua_State *L) {
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, module_index);
   lua_setfield(L, -2, "__index");
+  lua_newtable(L);   /* __complete: the names module_index answers, for the REPL */
+  for (int i = 0; lazy[i][0]; i++) { lua_pushboolean(L, 1); lua_setfield(L, -2, lazy[i][0]); }
+  for (int i = 0; lazy_fns[i][0]; i++) { lua_pushboolean(L, 1); lua_setfield(L, -2, lazy_fns[i][0]); }
+  lua_setfield(L, -2, "__complete");
   lua_setmetatable(L, mod);
 
   lua_pushvalue(L, mi);
