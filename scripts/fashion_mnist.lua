@@ -7,7 +7,7 @@
 -- Model: conv3x3(1->c1)-BN-ReLU-maxpool2 -> conv3x3(c1->c2)-BN-ReLU-maxpool2 -> flatten ->
 -- Linear(c2*7*7 -> hidden)-ReLU-Dropout -> Linear(hidden -> 10), trained with Adam on
 -- cross-entropy.  Prints a one-line configuration header, a progress line with the rate and
--- the ETA, the test accuracy after each epoch, and writes results.json (configuration,
+-- the ETA of the training steps, the test accuracy after each epoch, and writes results.json (configuration,
 -- per-epoch numbers, timing, machine load) and model.safetensors (the state_dict, loadable by
 -- PyTorch under the same names) to the --out folder, named at the end.
 local glimpse = require "glimpse"
@@ -158,6 +158,7 @@ end
 local history = {}
 local t0 = glimpse.clock()
 local step, stopped_early = 0, false
+local train_seconds = 0                   -- training steps only (the rate and the ETA)
 local load_before = loadavg()
 for epoch = 1, args.epochs do
   set_lr(opt, args.lr * args.lr_decay ^ (epoch - 1))
@@ -181,9 +182,10 @@ for epoch = 1, args.epochs do
     seen = seen + len
     correct = correct + glimpse.no_grad(function() return logits:argmax(2):eq(y):sum():item() end)
     local elapsed = glimpse.clock() - t0
+    local trained = train_seconds + glimpse.clock() - t_epoch
     if b % args.log_every == 0 or b == steps_per_epoch then
-      local rate = step * args.batch / elapsed
-      local eta = (total_steps - step) * elapsed / step
+      local rate = step * args.batch / trained
+      local eta = (total_steps - step) * trained / step
       print(string.format("epoch %d/%d  step %5d/%d  loss %.4f  train acc %5.1f%%  %6.0f img/s  " ..
                           "elapsed %4.0fs  ETA %4.0fs", epoch, args.epochs, b, steps_per_epoch,
                           loss_sum / seen, 100 * correct / seen, rate, elapsed, eta))
@@ -194,6 +196,7 @@ for epoch = 1, args.epochs do
     end
   end
   local train_time = glimpse.clock() - t_epoch
+  train_seconds = train_seconds + train_time
   local acc, test_loss = evaluate(test_x, test_y)
   history[#history + 1] = {epoch = epoch, train_loss = loss_sum / seen, train_acc = correct / seen,
                            test_acc = acc, test_loss = test_loss, seconds = train_time,
@@ -224,7 +227,8 @@ local results = {
   seconds_training_and_eval = total,
   seconds_loading = t_load,
   steps = step,
-  images_per_second = step * args.batch / total,
+  seconds_training = train_seconds,
+  training_images_per_second = step * args.batch / train_seconds,
   stopped_early = stopped_early,
   machine = {blas_core = blas.core, blas_threads = blas.threads,
              loadavg_before = load_before, loadavg_after = loadavg()},
