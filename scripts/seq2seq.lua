@@ -57,7 +57,8 @@ parser:option("--entropy", "hard mode: entropy bonus weight", "0.01"):convert(to
 parser:option("--ds", "doubly stochastic penalty weight (0: off)", "0"):convert(tonumber)
 parser:flag("--coverage", "add a coverage term inside the additive/concat score")
 parser:option("--maps", "alignment heatmaps to write", "4"):convert(tonumber)
-parser:option("--threads", "BLAS threads (0: leave as is)", "0"):convert(tonumber)
+parser:option("--threads", "BLAS threads (0: leave as is; these small matrices run best on 1)",
+              "1"):convert(tonumber)
 parser:option("--seed", "random seed", "1"):convert(tonumber)
 parser:option("--out", "output folder (default out/seq2seq-<task>-<score>-<mode>)")
 parser:flag("--quick", "a short demo: lengths 5-10, about 40 seconds")

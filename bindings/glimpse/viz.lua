@@ -289,6 +289,7 @@ function M.alignment_image(alpha, src, tgt, opts)
   local bar_w = 14
   local bar_left = left + S * cell + 2 * pad
   local W = bar_left + bar_w + pad + M.text_width(string.format("%.2g", o.vmax), sc) + pad
+  if o.title then W = math.max(W, pad + M.text_width(o.title, sc) + pad) end
   local H = top + T * cell + pad
   H = math.max(H, top + 2 * th + pad)
   local cv = canvas(W, H, {1, 1, 1})
@@ -345,7 +346,9 @@ function M.alignment_svg(alpha, src, tgt, path, opts)
   local title_h = o.title and font + 12 or 0
   local left = math.ceil(12 + maxt * font * 0.62)
   local top = math.ceil(title_h + 12 + maxs * font * 0.62)
-  local W, H = left + S * cell + 12, top + T * cell + 12
+  local bar_left = left + S * cell + 12
+  local W, H = bar_left + 14 + 8 + 5 * font, top + T * cell + 12
+  if o.title then W = math.max(W, math.ceil(24 + #o.title * font * 0.62)) end
   local out = {}
   local function add(fmt, ...) out[#out + 1] = string.format(fmt, ...) end
   add('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
@@ -371,6 +374,19 @@ function M.alignment_svg(alpha, src, tgt, path, opts)
     add('<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>',
         left - 6, top + (i - 0.5) * cell, xml_escape(s))
   end
+  -- colour bar: vmax at the top
+  local stops = {}
+  for k = 0, 10 do
+    local c = colour(o, o.vmax - (o.vmax - o.vmin) * k / 10)
+    stops[#stops + 1] = string.format('<stop offset="%d%%" stop-color="#%02x%02x%02x"/>', k * 10,
+                                      math.floor(c[1] * 255 + 0.5), math.floor(c[2] * 255 + 0.5),
+                                      math.floor(c[3] * 255 + 0.5))
+  end
+  add('<defs><linearGradient id="bar" x1="0" y1="0" x2="0" y2="1">%s</linearGradient></defs>',
+      table.concat(stops))
+  add('<rect x="%d" y="%d" width="14" height="%d" fill="url(#bar)"/>', bar_left, top, T * cell)
+  add('<text x="%d" y="%d" dominant-baseline="hanging">%.2g</text>', bar_left + 18, top, o.vmax)
+  add('<text x="%d" y="%d">%.2g</text>', bar_left + 18, top + T * cell, o.vmin)
   add('</svg>')
   local svg = table.concat(out, "\n") .. "\n"
   if path then
