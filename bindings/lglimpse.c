@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* the box */
@@ -602,6 +603,14 @@ static int l_clock(lua_State *L) {
   return 1;
 }
 
+/* glimpse._isatty(fd): whether a file descriptor (1 stdout, 2 stderr) is a terminal, so
+ * glimpse.progress redraws one line there and prints plain periodic lines into pipes and logs */
+static int l_isatty(lua_State *L) {
+  lua_Integer fd = luaL_checkinteger(L, 1);
+  lua_pushboolean(L, fd >= 0 && fd <= 1024 && isatty((int)fd));
+  return 1;
+}
+
 static int l_set_num_threads(lua_State *L) {
   int n = lg_checkint(L, 1);
   if (n < 1) luaL_argerror(L, 1, "thread count must be >= 1");
@@ -694,7 +703,7 @@ static const char *const lazy[][2] = {
     {"nn", "glimpse.nn"},         {"optim", "glimpse.optim"},
     {"attention", "glimpse.attention"}, {"data", "glimpse.data"},
     {"viz", "glimpse.viz"},       {"decode", "glimpse.decode"},
-    {"init", "glimpse.init"},     {"models", "glimpse.models"},
+    {"init", "glimpse.nn_init"},  {"models", "glimpse.models"},
     {"progress", "glimpse.progress"}, {"util", "glimpse.util"},
     {NULL, NULL}};
 
@@ -744,6 +753,7 @@ static const luaL_Reg module_fns[] = {
     {"memory", l_memory},     {"empty_cache", l_empty_cache},
     {"blas_info", l_blas_info}, {"set_num_threads", l_set_num_threads},
     {"get_num_threads", l_get_num_threads}, {"clock", l_clock},
+    {"_isatty", l_isatty},
     {NULL, NULL}};
 
 static const luaL_Reg methods[] = {

@@ -6,17 +6,21 @@
  * row with every position masked is all zeros rather than NaN.
  */
 #include "glimpse.h"
+#include "ops_span.h"
 
 #include <math.h>
 #include <string.h>
 
 #define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
-static void geom(const gl_tensor *a, int dim, size_t *outer, size_t *n, size_t *inner) {
-  *outer = *inner = 1;
-  for (int i = 0; i < dim; i++) *outer *= (size_t)a->shape[i];
-  for (int i = dim + 1; i < a->ndim; i++) *inner *= (size_t)a->shape[i];
-  *n = (size_t)a->shape[dim];
+/* Record the dim and keep the output y for backward (an alias: the node must not own the
+ * tensor that owns the node). */
+static void save_output(gl_node *n, int dim, gl_tensor *y) {
+  if (!n) return;
+  n->ints[0] = dim;
+  gl_tensor *al = gl_alias(y);
+  gl_save(n, al);
+  gl_release(al);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -28,7 +32,7 @@ static int softmax_backward(gl_node *n, gl_tensor **gout) {
   if (!g) return GL_OK;
   const float *y = n->saved[0]->data, *d = gout[0]->data;
   size_t outer, len, inner;
-  geom(g, n->ints[0], &outer, &len, &inner);
+  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
   for (size_t o = 0; o < outer; o++)
     for (size_t i = 0; i < inner; i++) {
       size_t base = o * len * inner + i;
@@ -63,7 +67,7 @@ int gl_softmax(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *mask) {
   }
   if ((st = gl_empty_like(out, a))) { gl_release(m); return st; }
   size_t outer, len, inner;
-  geom(a, dim, &outer, &len, &inner);
+  gl_dim_span(a, dim, &outer, &len, &inner);
   float *y = (*out)->data;
   const float *x = a->data, *mk = m ? m->data : NULL;
   for (size_t o = 0; o < outer; o++)
@@ -85,13 +89,7 @@ int gl_softmax(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *mask) {
       for (size_t j = 0; j < len; j++) y[base + j * inner] *= inv;
     }
   gl_release(m);
-  gl_node *n = gl_record(&op_softmax, 1, &a, 1, out);
-  if (n) {
-    n->ints[0] = dim;
-    gl_tensor *al = gl_alias(*out);
-    gl_save(n, al);
-    gl_release(al);
-  }
+  save_output(gl_record(&op_softmax, 1, &a, 1, out), dim, *out);
   return GL_OK;
 }
 
@@ -104,7 +102,7 @@ static int log_softmax_backward(gl_node *n, gl_tensor **gout) {
   if (!g) return GL_OK;
   const float *y = n->saved[0]->data, *d = gout[0]->data;
   size_t outer, len, inner;
-  geom(g, n->ints[0], &outer, &len, &inner);
+  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
   for (size_t o = 0; o < outer; o++)
     for (size_t i = 0; i < inner; i++) {
       size_t base = o * len * inner + i;
@@ -127,7 +125,7 @@ int gl_log_softmax(gl_tensor **out, gl_tensor *a, int dim) {
   int st = gl_empty_like(out, a);
   if (st) return st;
   size_t outer, len, inner;
-  geom(a, dim, &outer, &len, &inner);
+  gl_dim_span(a, dim, &outer, &len, &inner);
   const float *x = a->data;
   float *y = (*out)->data;
   for (size_t o = 0; o < outer; o++)
@@ -140,13 +138,7 @@ int gl_log_softmax(gl_tensor **out, gl_tensor *a, int dim) {
       float lse = mx + (float)log(s);
       for (size_t j = 0; j < len; j++) y[base + j * inner] = x[base + j * inner] - lse;
     }
-  gl_node *n = gl_record(&op_log_softmax, 1, &a, 1, out);
-  if (n) {
-    n->ints[0] = dim;
-    gl_tensor *al = gl_alias(*out);
-    gl_save(n, al);
-    gl_release(al);
-  }
+  save_output(gl_record(&op_log_softmax, 1, &a, 1, out), dim, *out);
   return GL_OK;
 }
 
@@ -160,6 +152,26 @@ static int reduce_rows(gl_tensor **out, const float *per_row, size_t R, size_t c
   for (size_t r = 0; r < R; r++) s += per_row[r];
   float v = (float)(reduction == GL_REDUCE_MEAN ? (count ? s / (double)count : 0) : s);
   return gl_from_data(out, 0, NULL, &v);
+}
+
+/* the same for the class losses: rows are the logits' leading dims (none for 1-D logits) */
+static int reduce_class_rows(gl_tensor **out, const float *per_row, size_t R, size_t count,
+                             int reduction, const gl_tensor *logits) {
+  int nd = logits->ndim > 1 ? logits->ndim - 1 : 0;
+  return reduce_rows(out, per_row, R, count, reduction, nd, logits->shape);
+}
+
+/* d(loss)/d(loss_r): gout_r (none), gout / count (mean), gout (sum) */
+static float row_weight(const float *gout, size_t r, int reduction, size_t count) {
+  if (reduction == GL_REDUCE_NONE) return gout[r];
+  return reduction == GL_REDUCE_MEAN ? gout[0] / (float)count : gout[0];
+}
+
+/* what a class loss's backward needs: classes, ignore_index, reduction, rows, counted rows */
+static void save_class_args(gl_node *n, int C, int ignore, int reduction, size_t R,
+                            size_t count) {
+  n->ints[0] = C; n->ints[1] = ignore; n->ints[2] = reduction;
+  n->ints[3] = (int)R; n->ints[4] = (int)count;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -178,7 +190,7 @@ static int ce_backward(gl_node *n, gl_tensor **gout) {
   for (size_t r = 0; r < R; r++) {
     int tr = (int)t[r];
     if (tr == ignore) continue;
-    float w = red == GL_REDUCE_NONE ? d[r] : (red == GL_REDUCE_MEAN ? d[0] / (float)count : d[0]);
+    float w = row_weight(d, r, red, count);
     float *gr = g->data + r * (size_t)C;
     const float *pr = p + r * (size_t)C;
     for (int c = 0; c < C; c++) gr[c] += w * (pr[c] - eps / (float)C);
@@ -245,16 +257,12 @@ int gl_cross_entropy(gl_tensor **out, gl_tensor *logits, const gl_tensor *target
     }
     loss_r->data[r] = (float)l;
   }
-  int tshape[GL_MAX_DIMS];
-  int tnd = logits->ndim > 1 ? logits->ndim - 1 : 0;
-  memcpy(tshape, logits->shape, sizeof(int) * (size_t)tnd);
-  st = reduce_rows(out, loss_r->data, R, count, reduction, tnd, tshape);
+  st = reduce_class_rows(out, loss_r->data, R, count, reduction, logits);
   gl_release(loss_r);
   if (st) { gl_release(p); return st; }
   gl_node *n = gl_record(&op_ce, 1, &logits, 1, out);
   if (n) {
-    n->ints[0] = C; n->ints[1] = ignore_index; n->ints[2] = reduction;
-    n->ints[3] = (int)R; n->ints[4] = (int)count;
+    save_class_args(n, C, ignore_index, reduction, R, count);
     n->floats[0] = eps;
     if ((st = gl_clone(&tc, targets))) { gl_release(p); return st; }
     gl_save(n, p);
@@ -278,7 +286,7 @@ static int nll_backward(gl_node *n, gl_tensor **gout) {
   for (size_t r = 0; r < R; r++) {
     int tr = (int)t[r];
     if (tr == ignore) continue;
-    float w = red == GL_REDUCE_NONE ? d[r] : (red == GL_REDUCE_MEAN ? d[0] / (float)count : d[0]);
+    float w = row_weight(d, r, red, count);
     g->data[r * (size_t)C + tr] -= w;
   }
   return GL_OK;
@@ -302,16 +310,12 @@ int gl_nll_loss(gl_tensor **out, gl_tensor *logp, const gl_tensor *targets, int 
     count++;
     loss_r->data[r] = -logp->data[r * (size_t)C + tr];
   }
-  int tshape[GL_MAX_DIMS];
-  int tnd = logp->ndim > 1 ? logp->ndim - 1 : 0;
-  memcpy(tshape, logp->shape, sizeof(int) * (size_t)tnd);
-  st = reduce_rows(out, loss_r->data, R, count, reduction, tnd, tshape);
+  st = reduce_class_rows(out, loss_r->data, R, count, reduction, logp);
   gl_release(loss_r);
   if (st) return st;
   gl_node *n = gl_record(&op_nll, 1, &logp, 1, out);
   if (n) {
-    n->ints[0] = C; n->ints[1] = ignore_index; n->ints[2] = reduction;
-    n->ints[3] = (int)R; n->ints[4] = (int)count;
+    save_class_args(n, C, ignore_index, reduction, R, count);
     gl_tensor *tc;
     if ((st = gl_clone(&tc, targets))) return st;
     gl_save(n, tc);
@@ -332,7 +336,7 @@ static int pointwise_loss_backward(gl_node *n, gl_tensor **gout) {
     gl_tensor *g = gl_grad_of(n, which);
     if (!g) continue;
     for (size_t i = 0; i < N; i++) {
-      float w = red == GL_REDUCE_NONE ? d[i] : (red == GL_REDUCE_MEAN ? d[0] / (float)N : d[0]);
+      float w = row_weight(d, i, red, N);
       float v;
       if (!bce) v = 2 * (a[i] - b[i]) * (which ? -1 : 1);
       else if (which == 0) {

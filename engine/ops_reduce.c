@@ -5,6 +5,7 @@
  * Sums accumulate in double so a mean over a large tensor does not drift.
  */
 #include "glimpse.h"
+#include "ops_span.h"
 
 #include <float.h>
 #include <math.h>
@@ -26,10 +27,7 @@ static int reduce_shape(const char *op, const gl_tensor *a, int dim, int keepdim
     return gl_fail(GL_EARG, "%s: dim %d out of range for shape %s", op, dim + 1,
                    gl_shape_str(b, sizeof b, a->ndim, a->shape));
   }
-  sp->outer = sp->inner = 1;
-  for (int i = 0; i < dim; i++) sp->outer *= (size_t)a->shape[i];
-  for (int i = dim + 1; i < a->ndim; i++) sp->inner *= (size_t)a->shape[i];
-  sp->n = (size_t)a->shape[dim];
+  gl_dim_span(a, dim, &sp->outer, &sp->n, &sp->inner);
   int k = 0;
   for (int i = 0; i < a->ndim; i++) {
     if (i == dim) { if (keepdim) oshape[k++] = 1; }
@@ -37,6 +35,11 @@ static int reduce_shape(const char *op, const gl_tensor *a, int dim, int keepdim
   }
   *ondim = k;
   return GL_OK;
+}
+
+/* backward walks the same span: ints[1..3] = outer, n, inner */
+static void save_span(gl_node *n, const span3 *sp) {
+  n->ints[1] = (int)sp->outer; n->ints[2] = (int)sp->n; n->ints[3] = (int)sp->inner;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -94,7 +97,7 @@ static int sum_or_mean(const char *name, int mean, gl_tensor **out, gl_tensor *a
   }
   gl_node *n = gl_record(&op_summean, 1, &a, 1, out);
   if (n) {
-    n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+    save_span(n, &sp);
     n->floats[0] = scale;
   }
   return GL_OK;
@@ -158,7 +161,7 @@ static int extreme(const char *name, int want_max, gl_tensor **values, gl_tensor
   if (values) {
     gl_node *n = gl_record(&op_extreme, 1, &a, 1, values);
     if (n) {
-      n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+      save_span(n, &sp);
       /* a private copy: the caller owns (and may rewrite) the returned indices */
       gl_tensor *keep;
       if (gl_clone(&keep, idx) == GL_OK) { gl_save(n, keep); gl_release(keep); }
@@ -218,7 +221,7 @@ int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
     }
   gl_node *n = gl_record(&op_lse, 1, &a, 1, out);
   if (n) {
-    n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+    save_span(n, &sp);
     gl_tensor *al = gl_alias(*out);
     gl_save(n, al);
     gl_release(al);
@@ -269,7 +272,7 @@ int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased) {
     }
   gl_node *n = gl_record(&op_var, 1, &a, 1, out);
   if (n) {
-    n->ints[1] = (int)sp.outer; n->ints[2] = (int)sp.n; n->ints[3] = (int)sp.inner;
+    save_span(n, &sp);
     n->floats[0] = denom;
     gl_save(n, mu);
   }

@@ -4,6 +4,7 @@
  * gather, scatter_add, embedding, and cat / stack / expand.
  */
 #include "glimpse.h"
+#include "ops_span.h"
 
 #include <math.h>
 #include <string.h>
@@ -176,18 +177,11 @@ int gl_transpose(gl_tensor **out, gl_tensor *a, int d0, int d1) {
 /* narrow: out = a[..., start:start+len, ...] along dim (a view when dim is the first)
  * backward: ga[..., start:start+len, ...] += gout */
 
-static void slab_geom(const gl_tensor *a, int dim, size_t *outer, size_t *n, size_t *inner) {
-  *outer = *inner = 1;
-  for (int i = 0; i < dim; i++) *outer *= (size_t)a->shape[i];
-  for (int i = dim + 1; i < a->ndim; i++) *inner *= (size_t)a->shape[i];
-  *n = (size_t)a->shape[dim];
-}
-
 static int narrow_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   size_t outer, len, inner;
-  slab_geom(g, n->ints[0], &outer, &len, &inner);
+  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
   size_t start = (size_t)n->ints[1], cnt = (size_t)n->ints[2];
   for (size_t o = 0; o < outer; o++) {
     float *dst = g->data + (o * len + start) * inner;
@@ -217,7 +211,7 @@ static int narrow_impl(const char *op, gl_tensor **out, gl_tensor *a, int dim, i
     else shape[k++] = a->shape[i];
   }
   size_t outer, n, inner;
-  slab_geom(a, dim, &outer, &n, &inner);
+  gl_dim_span(a, dim, &outer, &n, &inner);
   if (outer == 1) {
     st = make_view(out, a, k, shape, (size_t)start * inner);
   } else {
@@ -252,6 +246,19 @@ static int check_index(const char *op, const gl_tensor *idx, int n) {
   return GL_OK;
 }
 
+/* Record the op's int argument and keep a private copy of idx for backward (the caller owns
+ * idx and may rewrite it).  n may be NULL (nothing recorded). */
+static int save_index(gl_node *n, int arg, const gl_tensor *idx) {
+  if (!n) return GL_OK;
+  n->ints[0] = arg;
+  gl_tensor *ic;
+  int st = gl_clone(&ic, idx);
+  if (st) return st;
+  gl_save(n, ic);
+  gl_release(ic);
+  return GL_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* index_select: out[o, k, i] = a[o, idx[k], i] along dim, idx 1-D
  * backward: ga[o, idx[k], i] += gout[o, k, i] */
@@ -261,7 +268,7 @@ static int index_select_backward(gl_node *n, gl_tensor **gout) {
   if (!g) return GL_OK;
   const gl_tensor *idx = n->saved[0];
   size_t outer, len, inner;
-  slab_geom(g, n->ints[0], &outer, &len, &inner);
+  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
   size_t K = idx->numel;
   for (size_t o = 0; o < outer; o++)
     for (size_t k = 0; k < K; k++) {
@@ -287,20 +294,12 @@ int gl_index_select(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx
   shape[dim] = (int)idx->numel;
   if ((st = gl_empty(out, a->ndim, shape))) return st;
   size_t outer, len, inner, K = idx->numel;
-  slab_geom(a, dim, &outer, &len, &inner);
+  gl_dim_span(a, dim, &outer, &len, &inner);
   for (size_t o = 0; o < outer; o++)
     for (size_t k = 0; k < K; k++)
       memcpy((*out)->data + (o * K + k) * inner, a->data + (o * len + (size_t)idx->data[k]) * inner,
              sizeof(float) * inner);
-  gl_node *n = gl_record(&op_index_select, 1, &a, 1, out);
-  if (n) {
-    n->ints[0] = dim;
-    gl_tensor *ic;
-    if ((st = gl_clone(&ic, idx))) return st;
-    gl_save(n, ic);
-    gl_release(ic);
-  }
-  return GL_OK;
+  return save_index(gl_record(&op_index_select, 1, &a, 1, out), dim, idx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -330,6 +329,25 @@ static void gather_offsets(const gl_tensor *a, int dim, const gl_tensor *idx, si
   }
 }
 
+/* gather_offsets into scratch memory (NULL when out of memory); free with free_offsets */
+static size_t *new_offsets(const gl_tensor *a, int dim, const gl_tensor *idx) {
+  size_t *offs = (size_t *)gl_scratch_alloc(idx->numel * 2 + 2);
+  if (offs) gather_offsets(a, dim, idx, offs);
+  return offs;
+}
+
+static void free_offsets(size_t *offs, const gl_tensor *idx) {
+  gl_scratch_free((float *)offs, idx->numel * 2 + 2);
+}
+
+/* the offset in t of element p of idx taken at the same coordinates (t is at least as
+ * large as idx in every dim); tst and ist are t's and idx's strides */
+static size_t offset_at(const size_t *tst, const size_t *ist, int nd, size_t p) {
+  size_t off = 0;
+  for (int i = 0; i < nd; i++) { off += (p / ist[i]) * tst[i]; p %= ist[i]; }
+  return off;
+}
+
 static int check_gather(const char *op, const gl_tensor *a, int dim, const gl_tensor *idx) {
   char b1[128], b2[128];
   int st = check_dim(op, a, dim);
@@ -348,11 +366,10 @@ static int gather_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const gl_tensor *idx = n->saved[0];
-  size_t *offs = (size_t *)gl_scratch_alloc(idx->numel * 2 + 2);
+  size_t *offs = new_offsets(g, n->ints[0], idx);
   if (!offs) return gl_fail(GL_ENOMEM, "gather backward: out of memory");
-  gather_offsets(g, n->ints[0], idx, offs);
   for (size_t p = 0; p < idx->numel; p++) g->data[offs[p]] += gout[0]->data[p];
-  gl_scratch_free((float *)offs, idx->numel * 2 + 2);
+  free_offsets(offs, idx);
   return GL_OK;
 }
 
@@ -362,20 +379,11 @@ int gl_gather(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx) {
   int st = check_gather("gather", a, dim, idx);
   if (st) return st;
   if ((st = gl_empty(out, idx->ndim, idx->shape))) return st;
-  size_t *offs = (size_t *)gl_scratch_alloc(idx->numel * 2 + 2);
+  size_t *offs = new_offsets(a, dim, idx);
   if (!offs) return gl_fail(GL_ENOMEM, "gather: out of memory");
-  gather_offsets(a, dim, idx, offs);
   for (size_t p = 0; p < idx->numel; p++) (*out)->data[p] = a->data[offs[p]];
-  gl_scratch_free((float *)offs, idx->numel * 2 + 2);
-  gl_node *n = gl_record(&op_gather, 1, &a, 1, out);
-  if (n) {
-    n->ints[0] = dim;
-    gl_tensor *ic;
-    if ((st = gl_clone(&ic, idx))) return st;
-    gl_save(n, ic);
-    gl_release(ic);
-  }
-  return GL_OK;
+  free_offsets(offs, idx);
+  return save_index(gl_record(&op_gather, 1, &a, 1, out), dim, idx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -387,18 +395,14 @@ static int scatter_backward(gl_node *n, gl_tensor **gout) {
   if (ga) for (size_t i = 0; i < ga->numel; i++) ga->data[i] += gout[0]->data[i];
   if (!gs) return GL_OK;
   const gl_tensor *idx = n->saved[0];
-  size_t *offs = (size_t *)gl_scratch_alloc(idx->numel * 2 + 2);
+  size_t *offs = new_offsets(gout[0], n->ints[0], idx);
   if (!offs) return gl_fail(GL_ENOMEM, "scatter_add backward: out of memory");
-  gather_offsets(gout[0], n->ints[0], idx, offs);
   size_t sst[GL_MAX_DIMS], ist[GL_MAX_DIMS];
   strides_of(gs, sst);
   strides_of(idx, ist);
-  for (size_t p = 0; p < idx->numel; p++) {
-    size_t off = 0, rem = p;
-    for (int i = 0; i < idx->ndim; i++) { off += (rem / ist[i]) * sst[i]; rem %= ist[i]; }
-    gs->data[off] += gout[0]->data[offs[p]];
-  }
-  gl_scratch_free((float *)offs, idx->numel * 2 + 2);
+  for (size_t p = 0; p < idx->numel; p++)
+    gs->data[offset_at(sst, ist, idx->ndim, p)] += gout[0]->data[offs[p]];
+  free_offsets(offs, idx);
   return GL_OK;
 }
 
@@ -416,28 +420,16 @@ int gl_scatter_add(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx,
       return gl_fail(GL_ESHAPE, "scatter_add: src %s smaller than index %s", SHAPE(b1, src),
                      SHAPE(b2, idx));
   if ((st = gl_clone(out, a))) return st;
-  size_t *offs = (size_t *)gl_scratch_alloc(idx->numel * 2 + 2);
+  size_t *offs = new_offsets(a, dim, idx);
   if (!offs) return gl_fail(GL_ENOMEM, "scatter_add: out of memory");
-  gather_offsets(a, dim, idx, offs);
   size_t sst[GL_MAX_DIMS], ist[GL_MAX_DIMS];
   strides_of(src, sst);
   strides_of(idx, ist);
-  for (size_t p = 0; p < idx->numel; p++) {
-    size_t off = 0, rem = p;
-    for (int i = 0; i < idx->ndim; i++) { off += (rem / ist[i]) * sst[i]; rem %= ist[i]; }
-    (*out)->data[offs[p]] += src->data[off];
-  }
-  gl_scratch_free((float *)offs, idx->numel * 2 + 2);
+  for (size_t p = 0; p < idx->numel; p++)
+    (*out)->data[offs[p]] += src->data[offset_at(sst, ist, idx->ndim, p)];
+  free_offsets(offs, idx);
   gl_tensor *in[2] = {a, src};
-  gl_node *n = gl_record(&op_scatter, 2, in, 1, out);
-  if (n) {
-    n->ints[0] = dim;
-    gl_tensor *ic;
-    if ((st = gl_clone(&ic, idx))) return st;
-    gl_save(n, ic);
-    gl_release(ic);
-  }
-  return GL_OK;
+  return save_index(gl_record(&op_scatter, 2, in, 1, out), dim, idx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -476,15 +468,7 @@ int gl_embedding(gl_tensor **out, gl_tensor *weight, const gl_tensor *idx, int p
   for (size_t p = 0; p < idx->numel; p++)
     memcpy((*out)->data + p * (size_t)D, weight->data + (size_t)idx->data[p] * D,
            sizeof(float) * (size_t)D);
-  gl_node *n = gl_record(&op_embedding, 1, &weight, 1, out);
-  if (n) {
-    n->ints[0] = padding_idx;
-    gl_tensor *ic;
-    if ((st = gl_clone(&ic, idx))) return st;
-    gl_save(n, ic);
-    gl_release(ic);
-  }
-  return GL_OK;
+  return save_index(gl_record(&op_embedding, 1, &weight, 1, out), padding_idx, idx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -495,7 +479,7 @@ static int cat_backward(gl_node *n, gl_tensor **gout) {
   int dim = n->ints[0];
   size_t outer, total, inner, off = 0;
   gl_tensor *go = gout[0];
-  slab_geom(go, dim, &outer, &total, &inner);
+  gl_dim_span(go, dim, &outer, &total, &inner);
   for (int k = 0; k < n->nin; k++) {
     size_t len = (size_t)n->in[k]->shape[dim];
     gl_tensor *g = gl_grad_of(n, k);
@@ -532,7 +516,7 @@ static int cat_core(const char *op, gl_tensor **out, int n, gl_tensor *const *ts
   }
   if ((st = gl_empty(out, t0->ndim, shape))) return st;
   size_t outer, total, inner, off = 0;
-  slab_geom(*out, dim, &outer, &total, &inner);
+  gl_dim_span(*out, dim, &outer, &total, &inner);
   for (int k = 0; k < n; k++) {
     size_t len = (size_t)ts[k]->shape[dim];
     for (size_t o = 0; o < outer; o++)

@@ -10,10 +10,15 @@ local function build_dir()
   return exe:match("^(.*)/[^/]*$") or "."
 end
 
-local function run_stock(code)
+-- LUA_PATH as the README shows; INSTALLED_PATH adds "?/init.lua" over the same folder, as a
+-- stock lua5.4's default path does over the folder `make install` fills
+local DEV_PATH = "bindings/?.lua;./?.lua;;"
+local INSTALLED_PATH = "bindings/?.lua;bindings/?/init.lua;;"
+
+local function run_stock(code, lua_path)
   local cmd = string.format(
     "LUA_CPATH=%q LUA_PATH=%q lua5.4 -e %q 2>&1",
-    build_dir() .. "/?.so;;", "bindings/?.lua;./?.lua;;", code)
+    build_dir() .. "/?.so;;", lua_path or DEV_PATH, code)
   local p = io.popen(cmd)
   local out = p:read("a")
   local ok = p:close()
@@ -51,6 +56,18 @@ function T.test_stock_lua_finds_lua_submodules()
     io.write(tostring(g.gradcheck(function(a) return a:tanh() end, {g.randn(3):requires_grad()})))]])
   lu.assertTrue(ok, out)
   lu.assertEquals(out, "true")
+end
+
+function T.test_no_lua_file_shadows_the_c_module_on_an_installed_path()
+  stock_usable()
+  local ok, out = run_stock([[
+    io.write(tostring(package.searchpath("glimpse", package.path)), " ")
+    local g = require "glimpse"
+    io.write(type(g.tensor), " ", tostring(package.loaded.glimpse == g), " ",
+             type(g.init.xavier_uniform_), " ", tostring(g.init == require "glimpse.nn_init"))]],
+    INSTALLED_PATH)
+  lu.assertTrue(ok, out)
+  lu.assertEquals(out, "nil function true function true")
 end
 
 return T

@@ -78,6 +78,14 @@ local function tmpfile()
   return os.tmpname() .. ".safetensors"
 end
 
+-- f() must raise an error whose message contains pat; returns the message
+local function assert_error(pat, f)
+  local ok, e = pcall(f)
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(e), pat)
+  return tostring(e)
+end
+
 -- Run `steps` updates of opt on params with the gradient sequence grads[t][k] (tables);
 -- returns the params as flat tables.
 local function run(opt, params, grads)
@@ -369,11 +377,8 @@ end
 function T.test_bad_options_are_refused_with_clear_errors()
   local p = param({1})
   local function err(pat, f)
-    local ok, e = pcall(f)
-    lu.assertFalse(ok)
-    lu.assertStrContains(tostring(e), pat)
     -- raised at the caller's line (this file), not inside optim.lua
-    lu.assertStrContains(tostring(e), "test_optim.lua")
+    lu.assertStrContains(assert_error(pat, f), "test_optim.lua")
   end
   err("lr' is required", function() optim.SGD({p}) end)
   err("unknown option 'learning_rate'", function() optim.Adam({p}, {learning_rate = 1}) end)
@@ -442,38 +447,34 @@ local function fresh_params(fx)
   return fx["init.W"]:clone():requires_grad(), fx["init.b"]:clone():requires_grad()
 end
 
-function T.test_optimizers_track_pytorch_with_own_gradients()
+-- Every configuration, STEPS steps from the fixture's start: set_grads(fx, name, t, W, b, opt)
+-- fills W.grad and b.grad before step t; W and b must follow PyTorch's trajectory.
+local function check_trajectories(set_grads, tol)
   local fx = fixture("optim_torch")
   for name, cfg in pairs(CONFIGS) do
     local W, b = fresh_params(fx)
     local opt = make_opt(cfg, W, b)
     for t = 1, STEPS do
-      opt:zero_grad()
-      problem_grads(fx, W, b)
+      set_grads(fx, name, t, W, b, opt)
       opt:step()
-      assert_tensor_close(W, fx[name .. ".W"]:select(1, t + 1), TORCH_CLOSED_TOL,
-                          name .. " W step " .. t)
-      assert_tensor_close(b, fx[name .. ".b"]:select(1, t + 1), TORCH_CLOSED_TOL,
-                          name .. " b step " .. t)
+      assert_tensor_close(W, fx[name .. ".W"]:select(1, t + 1), tol, name .. " W step " .. t)
+      assert_tensor_close(b, fx[name .. ".b"]:select(1, t + 1), tol, name .. " b step " .. t)
     end
   end
 end
 
+function T.test_optimizers_track_pytorch_with_own_gradients()
+  check_trajectories(function(fx, _, _, W, b, opt)
+    opt:zero_grad()
+    problem_grads(fx, W, b)
+  end, TORCH_CLOSED_TOL)
+end
+
 function T.test_optimizers_match_pytorch_given_its_gradients()
-  local fx = fixture("optim_torch")
-  for name, cfg in pairs(CONFIGS) do
-    local W, b = fresh_params(fx)
-    local opt = make_opt(cfg, W, b)
-    for t = 1, STEPS do
-      W.grad = fx[name .. ".gW"]:select(1, t):clone()
-      b.grad = fx[name .. ".gb"]:select(1, t):clone()
-      opt:step()
-      assert_tensor_close(W, fx[name .. ".W"]:select(1, t + 1), TORCH_OPEN_TOL,
-                          name .. " W step " .. t)
-      assert_tensor_close(b, fx[name .. ".b"]:select(1, t + 1), TORCH_OPEN_TOL,
-                          name .. " b step " .. t)
-    end
-  end
+  check_trajectories(function(fx, name, t, W, b)
+    W.grad = fx[name .. ".gW"]:select(1, t):clone()
+    b.grad = fx[name .. ".gb"]:select(1, t):clone()
+  end, TORCH_OPEN_TOL)
 end
 
 function T.test_glimpse_gradients_of_the_problem_match_pytorch()
@@ -643,24 +644,24 @@ local function train(fx, opt, sched, W, b, n)
   end
 end
 
-local function make_sched(opt)
+-- the case's optimizer on {W, b}, and a warm-up + cosine schedule driving it
+local function make_opt_sched(case, W, b)
+  local opt = optim[case[1]]({W, b}, case[2])
   local after = optim.CosineAnnealingLR(opt, {T_max = 6, eta_min = 1e-4})
-  return optim.LinearWarmup(opt, {warmup_steps = 3, start_factor = 0.2, after = after})
+  return opt, optim.LinearWarmup(opt, {warmup_steps = 3, start_factor = 0.2, after = after})
 end
 
 function T.test_resume_from_a_checkpoint_is_bit_exact()
   local fx = fixture("optim_torch")
   for _, case in ipairs(RESUME_CASES) do
-    local cls = optim[case[1]]
     -- straight through
     local W, b = fresh_params(fx)
-    local opt = cls({W, b}, case[2])
-    train(fx, opt, make_sched(opt), W, b, RESUME_N)
+    local opt, sched = make_opt_sched(case, W, b)
+    train(fx, opt, sched, W, b, RESUME_N)
 
     -- k steps, save everything to one file
     local W1, b1 = fresh_params(fx)
-    local opt1 = cls({W1, b1}, case[2])
-    local s1 = make_sched(opt1)
+    local opt1, s1 = make_opt_sched(case, W1, b1)
     train(fx, opt1, s1, W1, b1, RESUME_K)
     local ot, om = opt1:state_dict("optim.")
     local path = tmpfile()
@@ -670,8 +671,7 @@ function T.test_resume_from_a_checkpoint_is_bit_exact()
     local t, meta = glimpse.load(path)
     os.remove(path)
     local W2, b2 = t.W:requires_grad(), t.b:requires_grad()
-    local opt2 = cls({W2, b2}, case[2])
-    local s2 = make_sched(opt2)
+    local opt2, s2 = make_opt_sched(case, W2, b2)
     opt2:load_state_dict(t, meta, "optim.")
     s2:load_state_dict(meta)
     train(fx, opt2, s2, W2, b2, RESUME_N - RESUME_K)
@@ -715,11 +715,7 @@ function T.test_load_state_dict_refuses_mismatches()
   set_grad(a, {1, 1})
   opt:step()
   local t, m = opt:state_dict()
-  local function err(pat, f)
-    local ok, e = pcall(f)
-    lu.assertFalse(ok)
-    lu.assertStrContains(tostring(e), pat)
-  end
+  local err = assert_error
   err("checkpoint is for Adam", function() optim.SGD({param({1, 2})}, {lr = 1}):load_state_dict(t, m) end)
   err("shape [2]", function() optim.Adam({param({1, 2, 3})}):load_state_dict(t, m) end)
   err("has 1 parameters in the checkpoint, 2 here",

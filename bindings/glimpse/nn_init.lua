@@ -11,8 +11,10 @@
 -- fine), draws from glimpse's seeded generator, and returns the tensor.  Fans follow
 -- PyTorch: for a weight (out, in, k...) fan_in = in * prod(k), fan_out = out * prod(k).
 --
--- This file is loaded as "glimpse.nn_init"; bindings/glimpse/init.lua forwards
--- "glimpse.init" here.
+-- The file is glimpse/nn_init.lua, loaded as "glimpse.nn_init" (glimpse.init maps to that
+-- name).  It is not called glimpse/init.lua because a Lua path with "?/init.lua" on it, as
+-- a stock lua5.4's and the one `make install` sets up, would then find that file for a
+-- plain require "glimpse" instead of the C module.
 local glimpse = require "glimpse"
 
 local M = {}

@@ -21,24 +21,21 @@
 -- string -> string table ("optimizer", "param_groups" and "state" as JSON), both ready for
 -- glimpse.save(path, tensors, meta).  Numbers are written with as many digits as they need to
 -- read back identically, so a resumed run is bit-exact.
+--
+-- The module is four files: this one (the Optimizer machinery, the optimizers, merge),
+-- optim_sched.lua (schedules), optim_clip.lua (clipping) and optim_base.lua (what they share:
+-- errors, copies, exact JSON, option checks, the class factory).  Every public name is
+-- glimpse.optim's.
 local glimpse = require "glimpse"
-local cjson = require "cjson"
+local base = require "glimpse.optim_base"
+
+local fail, copy, REQUIRED = base.fail, base.copy, base.REQUIRED
+local to_json, from_json, as_int = base.to_json, base.from_json, base.as_int
 
 local M = {}
 
 -- ---------------------------------------------------------------------------------------
 -- helpers
-
-local function fail(level, fmt, ...)
-  error(string.format(fmt, ...), level + 1)
-end
-
-local function copy(v)
-  if type(v) ~= "table" then return v end
-  local t = {}
-  for k, x in pairs(v) do t[k] = copy(x) end
-  return t
-end
 
 local function same_shape(a, b)
   local sa, sb = a.shape, b.shape
@@ -53,90 +50,6 @@ local function shape_str(t)
   return "[" .. table.concat(t.shape, ",") .. "]"
 end
 
--- The shortest decimal form of x that reads back as the same double.
-local function number_str(x)
-  if math.type(x) == "integer" then return string.format("%d", x) end
-  if x ~= x or x == math.huge or x == -math.huge then
-    error("optim: cannot store the non-finite number " .. tostring(x) .. " in a state_dict", 0)
-  end
-  for _, f in ipairs {"%.15g", "%.16g", "%.17g"} do
-    local s = string.format(f, x)
-    if tonumber(s) == x then return s end
-  end
-  return string.format("%.17g", x)
-end
-
-local function json_string(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
-    if c == '"' then return '\\"' end
-    if c == "\\" then return "\\\\" end
-    return string.format("\\u%04x", c:byte())
-  end) .. '"'
-end
-
--- JSON for the small values a state_dict holds: numbers, booleans, strings, arrays and
--- string-keyed objects (keys sorted, so the same state gives the same bytes).  lua-cjson's
--- encoder keeps only 14 digits, too few for an exact resume; its decoder reads all 17.
-local function to_json(v)
-  local t = type(v)
-  if t == "number" then return number_str(v) end
-  if t == "boolean" then return v and "true" or "false" end
-  if t == "string" then return json_string(v) end
-  if t ~= "table" then
-    error("optim: cannot store a " .. t .. " in a state_dict", 0)
-  end
-  if next(v) == nil then return "[]" end
-  local n = #v
-  local is_array = n > 0
-  if is_array then
-    for k in pairs(v) do
-      if math.type(k) ~= "integer" or k < 1 or k > n then is_array = false break end
-    end
-  end
-  local parts = {}
-  if is_array then
-    for i = 1, n do parts[i] = to_json(v[i]) end
-    return "[" .. table.concat(parts, ",") .. "]"
-  end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-  table.sort(keys)
-  for i, k in ipairs(keys) do
-    local x = v[k]
-    if x == nil then x = v[tonumber(k)] end
-    parts[i] = json_string(k) .. ":" .. to_json(x)
-  end
-  return "{" .. table.concat(parts, ",") .. "}"
-end
-
-local function from_json(s, what, level)
-  if type(s) ~= "string" then
-    fail(level + 1, "load_state_dict: metadata '%s' is missing", what)
-  end
-  local ok, v = pcall(cjson.decode, s)
-  if not ok then fail(level + 1, "load_state_dict: metadata '%s' is not valid JSON (%s)", what, v) end
-  return v
-end
-
--- JSON numbers come back as floats: integral ones become integers again.
-local function as_int(x)
-  return math.tointeger(x) or x
-end
-
--- A tensor or an array of tensors -> array; a helper for the clipping functions.
-local function tensor_list(params, fname)
-  if glimpse.is_tensor(params) then return {params} end
-  if type(params) ~= "table" then
-    fail(3, "%s: expected a tensor or an array of tensors, got %s", fname, type(params))
-  end
-  for i, p in ipairs(params) do
-    if not glimpse.is_tensor(p) then
-      fail(3, "%s: entry %d is a %s, expected a tensor", fname, i, type(p))
-    end
-  end
-  return params
-end
-
 -- ---------------------------------------------------------------------------------------
 -- Optimizer: the shared machinery.  A class gives: name, defaults (REQUIRED marks an option
 -- without one), limits (ranges of numeric options other than [0, inf)), check(group) (extra
@@ -146,7 +59,6 @@ local Optimizer = {}
 Optimizer.__index = Optimizer
 M.Optimizer = Optimizer
 
-local REQUIRED = setmetatable({}, {__tostring = function() return "<required>" end})
 local EXTRA_GROUP_KEYS = {params = true, name = true, initial_lr = true}
 
 -- Check a filled group against the class: booleans where the default is one, numbers in
@@ -216,13 +128,7 @@ local function new_optimizer(cls, params, opts, level)
     fail(level + 1, "%s: expected an array of tensors or of param groups, got %s", cls.name,
          type(params))
   end
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(level + 1, "%s: options must be a table", cls.name) end
-  for k in pairs(opts) do
-    if cls.defaults[k] == nil then
-      fail(level + 1, "%s: unknown option '%s'", cls.name, tostring(k))
-    end
-  end
+  opts = base.check_options(cls, opts, level + 1)
   local self = setmetatable({param_groups = {}, state = {}, defaults = {}}, cls)
   for k, v in pairs(cls.defaults) do
     if opts[k] ~= nil then self.defaults[k] = copy(opts[k]) else self.defaults[k] = v end
@@ -471,14 +377,7 @@ end
 
 -- A class: `cls(params, opts)` builds an optimizer.
 local function optimizer_class(spec)
-  local cls = setmetatable(spec, {
-    __index = Optimizer,
-    __call = function(c, params, opts)
-      local o = new_optimizer(c, params, opts, 2)   -- not a tail call: error levels count it
-      return o
-    end,
-  })
-  cls.__index = cls
+  local cls = base.class(spec, Optimizer, new_optimizer)
   cls.__tostring = Optimizer.__tostring
   return cls
 end
@@ -629,73 +528,7 @@ M.Adagrad = optimizer_class {
 M.AdaGrad = M.Adagrad
 
 -- ---------------------------------------------------------------------------------------
--- gradient clipping
-
-local function grads_of(params)
-  local grads = {}
-  for _, p in ipairs(params) do
-    local g = p.grad
-    if g then grads[#grads + 1] = g end
-  end
-  return grads
-end
-
-local function norm_type_of(v)
-  if v == nil then return 2 end
-  if v == "inf" or v == "Inf" then return math.huge end
-  if type(v) ~= "number" then fail(3, "clip_grad_norm: norm_type must be a number or \"inf\"") end
-  return v
-end
-
---- optim.clip_grad_norm(params, max_norm [, norm_type=2 | {norm_type=2,
---- error_if_nonfinite=false}]) -> total norm (a number) of all the gradients taken as one
---- vector, before clipping.  When it exceeds max_norm every gradient is scaled by
---- max_norm / (total + 1e-6).  norm_type: a number > 0, or math.huge / "inf" for the max.
---- params: a tensor or an array of tensors; those without a gradient are skipped.
-function M.clip_grad_norm(params, max_norm, norm_type)
-  params = tensor_list(params, "clip_grad_norm")
-  if type(max_norm) ~= "number" then fail(2, "clip_grad_norm: max_norm must be a number") end
-  local err_nonfinite = false
-  if type(norm_type) == "table" then
-    err_nonfinite = norm_type.error_if_nonfinite or false
-    norm_type = norm_type.norm_type
-  end
-  norm_type = norm_type_of(norm_type)
-  local grads = grads_of(params)
-  if #grads == 0 then return 0.0 end
-  if err_nonfinite then
-    local ok, total = pcall(glimpse._grads_norm, grads, norm_type)
-    if not ok then fail(2, "%s", total) end
-    if total ~= total or total == math.huge then
-      fail(2, "clip_grad_norm: the total norm of order %s of the gradients is non-finite, so "
-           .. "it cannot be clipped", tostring(norm_type))
-    end
-  end
-  local ok, total = pcall(glimpse._clip_grad_norm, grads, max_norm, norm_type)
-  if not ok then fail(2, "%s", total) end
-  return total
-end
-M.clip_grad_norm_ = M.clip_grad_norm
-
---- optim.grad_norm(params [, norm_type=2]) -> the joint norm of the gradients, no clipping.
-function M.grad_norm(params, norm_type)
-  params = tensor_list(params, "grad_norm")
-  local grads = grads_of(params)
-  if #grads == 0 then return 0.0 end
-  local ok, total = pcall(glimpse._grads_norm, grads, norm_type_of(norm_type))
-  if not ok then fail(2, "%s", total) end
-  return total
-end
-
---- optim.clip_grad_value(params, clip_value): clamp every gradient entry into
---- [-clip_value, clip_value].
-function M.clip_grad_value(params, clip_value)
-  params = tensor_list(params, "clip_grad_value")
-  if type(clip_value) ~= "number" then fail(2, "clip_grad_value: clip_value must be a number") end
-  local ok, err = pcall(glimpse._clip_grad_value, grads_of(params), clip_value)
-  if not ok then fail(2, "%s", err) end
-end
-M.clip_grad_value_ = M.clip_grad_value
+-- checkpoints holding several state_dicts
 
 --- optim.merge(a, b, ...) -> one table with every entry of a, b, ...; a name present twice is
 --- an error.  For putting a model's and an optimizer's state_dict into one file.
@@ -715,305 +548,13 @@ function M.merge(...)
 end
 
 -- ---------------------------------------------------------------------------------------
--- learning-rate schedules
---
--- A schedule sets each group's lr from that group's base lr (group.initial_lr, recorded the
--- first time a schedule sees the optimizer) and the epoch counter last_epoch: closed forms,
--- so the lr at a step depends on nothing but (base, epoch) and a resumed run gets the same
--- doubles.  Construction sets epoch 0 (the lr the first opt:step() uses); sched:step() after
--- opt:step() moves to the next.  The values agree with PyTorch 1.13's schedulers of the same
--- names (which compute them recursively) to float rounding.
+-- the other parts: schedules and clipping
 
-local Scheduler = {}
-Scheduler.__index = Scheduler
-M.Scheduler = Scheduler
-
-local function new_scheduler(cls, opt, opts, level)
-  if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
-    fail(level + 1, "%s: the first argument must be an optimizer", cls.name)
-  end
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(level + 1, "%s: options must be a table", cls.name) end
-  for k in pairs(opts) do
-    if cls.defaults[k] == nil then
-      fail(level + 1, "%s: unknown option '%s'", cls.name, tostring(k))
-    end
-  end
-  local self = setmetatable({optimizer = opt, base_lrs = {}, last_epoch = -1}, cls)
-  for k, v in pairs(cls.defaults) do
-    local x = opts[k]
-    if x == nil then x = v end
-    if x == REQUIRED then
-      fail(level + 1, "%s: option '%s' is required", cls.name, k)
-    end
-    self[k] = k == "milestones" and copy(x) or x     -- `after` and lr_lambda stay themselves
-  end
-  cls.check(self, level + 1)
-  for i, group in ipairs(opt.param_groups) do
-    if group.initial_lr == nil then group.initial_lr = group.lr end
-    self.base_lrs[i] = group.initial_lr
-  end
-  self:step()
-  return self
-end
-
-local function scheduler_class(spec)
-  local cls = setmetatable(spec, {
-    __index = Scheduler,
-    __call = function(c, opt, opts)
-      local s = new_scheduler(c, opt, opts, 2)      -- not a tail call: error levels count it
-      return s
-    end,
-  })
-  cls.__index = cls
-  return cls
-end
-
--- Set every group's lr for epoch e.
-function Scheduler:_set_epoch(e)
-  self.last_epoch = e
-  local lrs = {}
-  for i, group in ipairs(self.optimizer.param_groups) do
-    local base = self.base_lrs[i]
-    if base == nil then
-      error(string.format("%s: param group %d was added after the schedule was made", self.name,
-                          i), 0)
-    end
-    lrs[i] = self:lr_at(base, e, i)
-    group.lr = lrs[i]
-  end
-  self._last_lr = lrs
-end
-
---- sched:step(): advance one epoch (or step) and set the groups' lr.  Call it after
---- opt:step().
-function Scheduler:step()
-  local ok, err = pcall(self._set_epoch, self, self.last_epoch + 1)
-  if not ok then fail(2, "%s", err) end
-end
-
---- sched:get_lr() -> {lr of group 1, ...}: the lrs set by the last step (a fresh table).
-function Scheduler:get_lr()
-  return copy(self._last_lr)
-end
-Scheduler.get_last_lr = Scheduler.get_lr
-
-function Scheduler:_state()
-  local s = {kind = self.name, last_epoch = self.last_epoch, base_lrs = copy(self.base_lrs)}
-  for k in pairs(self.defaults) do
-    if k ~= "after" and k ~= "lr_lambda" then s[k] = copy(self[k]) end
-  end
-  if self.after then s.after = self.after:_state() end
-  return s
-end
-
-function Scheduler:_load(s, level)
-  if type(s) ~= "table" or s.kind ~= self.name then
-    fail(level + 1, "load_state_dict: the checkpoint holds a %s schedule, this is %s",
-         type(s) == "table" and tostring(s.kind) or "no", self.name)
-  end
-  if type(s.base_lrs) ~= "table" or #s.base_lrs ~= #self.optimizer.param_groups then
-    fail(level + 1, "load_state_dict: the schedule was saved for %d param groups, the "
-         .. "optimizer has %d", type(s.base_lrs) == "table" and #s.base_lrs or 0,
-         #self.optimizer.param_groups)
-  end
-  for k, v in pairs(s) do
-    if k ~= "kind" and k ~= "after" and k ~= "base_lrs" and k ~= "last_epoch" then
-      if self.defaults[k] == nil then
-        fail(level + 1, "load_state_dict: unknown %s field '%s'", self.name, tostring(k))
-      end
-      self[k] = type(v) == "number" and as_int(v) or copy(v)
-    end
-  end
-  if self.after then
-    if s.after == nil then fail(level + 1, "load_state_dict: the checkpoint has no 'after' schedule") end
-    self.after:_load(s.after, level + 1)
-  end
-  self.base_lrs = copy(s.base_lrs)
-  for i, group in ipairs(self.optimizer.param_groups) do group.initial_lr = self.base_lrs[i] end
-  local e = math.tointeger(s.last_epoch)
-  if not e then fail(level + 1, "load_state_dict: bad last_epoch %s", tostring(s.last_epoch)) end
-  self:_set_epoch(e)
-end
-
---- sched:state_dict([prefix]) -> meta: {["<prefix>scheduler"] = JSON of the kind, last_epoch,
---- base_lrs and options}.  Strings only, for glimpse.save's metadata (merge it with the
---- optimizer's meta: optim.merge(opt_meta, sched:state_dict())).  LambdaLR's functions are
---- not saved: make the schedule with the same functions before loading.
-function Scheduler:state_dict(prefix)
-  prefix = prefix or ""
-  local ok, s = pcall(to_json, self:_state())
-  if not ok then fail(2, "state_dict: %s", s) end
-  return {[prefix .. "scheduler"] = s}
-end
-
---- sched:load_state_dict(meta [, prefix]): restore the epoch, base lrs and options, and set
---- the groups' lr for that epoch.
-function Scheduler:load_state_dict(meta, prefix)
-  prefix = prefix or ""
-  if type(meta) ~= "table" then fail(2, "load_state_dict: expected the metadata table") end
-  local s = meta[prefix .. "scheduler"]
-  if s == nil then
-    fail(2, "load_state_dict: no '%sscheduler' entry in the metadata", prefix)
-  end
-  self:_load(from_json(s, prefix .. "scheduler", 2), 2)
-end
-
-local function positive_int(c, self, key, level)
-  local v = self[key]
-  if type(v) ~= "number" or v ~= math.floor(v) or v < 1 or v == math.huge then
-    fail(level + 1, "%s: %s must be a positive integer, got %s", c.name, key, tostring(v))
-  end
-  self[key] = math.tointeger(v)
-end
-
-local function number_opt(c, self, key, level)
-  if type(self[key]) ~= "number" then
-    fail(level + 1, "%s: %s must be a number, got %s", c.name, key, type(self[key]))
+for _, part in ipairs {"glimpse.optim_sched", "glimpse.optim_clip"} do
+  for k, v in pairs(require(part)) do
+    assert(M[k] == nil, "glimpse.optim: two parts define " .. k)
+    M[k] = v
   end
 end
-
---- optim.StepLR(opt, {step_size=, gamma=0.1}): lr = base * gamma^floor(epoch / step_size).
-M.StepLR = scheduler_class {
-  name = "StepLR",
-  defaults = {step_size = REQUIRED, gamma = 0.1},
-  check = function(self, level)
-    positive_int(M.StepLR, self, "step_size", level + 1)
-    number_opt(M.StepLR, self, "gamma", level + 1)
-  end,
-  lr_at = function(self, base, e) return base * self.gamma ^ (e // self.step_size) end,
-}
-
---- optim.MultiStepLR(opt, {milestones={30, 80}, gamma=0.1}): lr = base * gamma^(number of
---- milestones <= epoch).
-M.MultiStepLR = scheduler_class {
-  name = "MultiStepLR",
-  defaults = {milestones = REQUIRED, gamma = 0.1},
-  check = function(self, level)
-    if type(self.milestones) ~= "table" then
-      fail(level + 1, "MultiStepLR: milestones must be an array of epochs")
-    end
-    for i, m in ipairs(self.milestones) do
-      if type(m) ~= "number" then fail(level + 1, "MultiStepLR: milestone %d is not a number", i) end
-    end
-    table.sort(self.milestones)
-    number_opt(M.MultiStepLR, self, "gamma", level + 1)
-  end,
-  lr_at = function(self, base, e)
-    local n = 0
-    for _, m in ipairs(self.milestones) do
-      if m <= e then n = n + 1 end
-    end
-    return base * self.gamma ^ n
-  end,
-}
-
---- optim.ExponentialLR(opt, {gamma=}): lr = base * gamma^epoch.
-M.ExponentialLR = scheduler_class {
-  name = "ExponentialLR",
-  defaults = {gamma = REQUIRED},
-  check = function(self, level) number_opt(M.ExponentialLR, self, "gamma", level + 1) end,
-  lr_at = function(self, base, e) return base * self.gamma ^ e end,
-}
-
---- optim.CosineAnnealingLR(opt, {T_max=, eta_min=0}):
---- lr = eta_min + (base - eta_min) * (1 + cos(pi * epoch / T_max)) / 2  (SGDR without restarts;
---- past T_max it rises again, as PyTorch's does).
-M.CosineAnnealingLR = scheduler_class {
-  name = "CosineAnnealingLR",
-  defaults = {T_max = REQUIRED, eta_min = 0},
-  check = function(self, level)
-    positive_int(M.CosineAnnealingLR, self, "T_max", level + 1)
-    number_opt(M.CosineAnnealingLR, self, "eta_min", level + 1)
-  end,
-  lr_at = function(self, base, e)
-    return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * e / self.T_max)) / 2
-  end,
-}
-
---- optim.LambdaLR(opt, {lr_lambda=fn or {fn per group}}): lr = base * fn(epoch).
-M.LambdaLR = scheduler_class {
-  name = "LambdaLR",
-  defaults = {lr_lambda = REQUIRED},
-  check = function(self, level)
-    local f = self.lr_lambda
-    if type(f) == "function" then return end
-    if type(f) ~= "table" or #f ~= #self.optimizer.param_groups then
-      fail(level + 1, "LambdaLR: lr_lambda must be a function or an array of one function per "
-           .. "param group (%d)", #self.optimizer.param_groups)
-    end
-    for i, fi in ipairs(f) do
-      if type(fi) ~= "function" then fail(level + 1, "LambdaLR: lr_lambda[%d] is not a function", i) end
-    end
-  end,
-  lr_at = function(self, base, e, i)
-    local f = self.lr_lambda
-    if type(f) == "table" then f = f[i] end
-    local factor = f(e)
-    if type(factor) ~= "number" then
-      error("LambdaLR: lr_lambda(" .. e .. ") returned a " .. type(factor) .. ", expected a number", 0)
-    end
-    return base * factor
-  end,
-}
-
---- optim.LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}):
---- lr = base * (start + (end - start) * min(epoch, total_iters) / total_iters).
-M.LinearLR = scheduler_class {
-  name = "LinearLR",
-  defaults = {start_factor = 1 / 3, end_factor = 1.0, total_iters = 5},
-  check = function(self, level)
-    local c = M.LinearLR
-    number_opt(c, self, "start_factor", level + 1)
-    number_opt(c, self, "end_factor", level + 1)
-    if not (self.start_factor > 0 and self.start_factor <= 1) then
-      fail(level + 1, "LinearLR: start_factor must be in (0, 1], got %s", tostring(self.start_factor))
-    end
-    if not (self.end_factor >= 0 and self.end_factor <= 1) then
-      fail(level + 1, "LinearLR: end_factor must be in [0, 1], got %s", tostring(self.end_factor))
-    end
-    positive_int(c, self, "total_iters", level + 1)
-  end,
-  lr_at = function(self, base, e)
-    local t = math.min(e, self.total_iters)
-    return base * (self.start_factor + (self.end_factor - self.start_factor) * t / self.total_iters)
-  end,
-}
-
---- optim.LinearWarmup(opt, {warmup_steps=, start_factor=0, after=sched or nil}):
---- for epoch < warmup_steps, lr = base * (start + (1 - start) * epoch / warmup_steps); from
---- then on the `after` schedule (made on the same optimizer, e.g. a CosineAnnealingLR whose
---- T_max counts the steps after warm-up) runs from its own epoch 0, or lr stays at base.
---- The same as PyTorch's SequentialLR([LinearLR(start, 1, warmup_steps), after],
---- {warmup_steps}).  Step only the warm-up schedule, not `after`.
-M.LinearWarmup = scheduler_class {
-  name = "LinearWarmup",
-  defaults = {warmup_steps = REQUIRED, start_factor = 0.0, after = false},
-  check = function(self, level)
-    local c = M.LinearWarmup
-    positive_int(c, self, "warmup_steps", level + 1)
-    number_opt(c, self, "start_factor", level + 1)
-    if not (self.start_factor >= 0 and self.start_factor <= 1) then
-      fail(level + 1, "LinearWarmup: start_factor must be in [0, 1], got %s",
-           tostring(self.start_factor))
-    end
-    local a = self.after
-    if a == false then
-      self.after = nil
-    elseif type(a) ~= "table" or getmetatable(a) == nil or a.lr_at == nil then
-      fail(level + 1, "LinearWarmup: after must be a schedule (e.g. optim.CosineAnnealingLR(opt, "
-           .. "{...}))")
-    elseif a.optimizer ~= self.optimizer then
-      fail(level + 1, "LinearWarmup: the after schedule drives another optimizer")
-    end
-  end,
-  lr_at = function(self, base, e, i)
-    local w = self.warmup_steps
-    if e < w then return base * (self.start_factor + (1 - self.start_factor) * e / w) end
-    if not self.after then return base end
-    if i == 1 then self.after:_set_epoch(e - w) end
-    return self.after._last_lr[i]
-  end,
-}
 
 return M

@@ -1,0 +1,209 @@
+-- tests/test_readme.lua -- the README's examples run.
+--
+-- Every ```lua block of README.md runs as a script of its own, in a fresh glimpse process
+-- (the executable running this suite), from the repository root.  A block fails when the
+-- process exits with an error; the failure names the block's line in README.md and its
+-- first line.  A block that cannot run on its own (it needs files that are not in the
+-- repository, or trains for minutes) starts with a comment line
+--   -- (not run by the tests: <reason>)
+-- and is skipped; keep those rare.  Blocks in other languages (```sh, plain ```) are text.
+local lu = require "luaunit"
+
+local T = {}
+
+local README = "README.md"
+local SKIP_MARK = "^%s*%-%-%s*%(not run by the tests:%s*(.-)%)%s*$"
+local BLOCK_TIMEOUT_S = 120     -- one block's wall-clock limit
+local MIN_RUN_BLOCKS = 15       -- the README has more; fewer means the parser broke
+local ERROR_LINES = 12          -- lines of a failing block's output shown in the message
+
+-- ---------------------------------------------------------------------------------------
+-- helpers
+
+local function read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write_file(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+--- extract_blocks(text) -> array of {line = n, lang = "lua", code = "...", first = "..."}:
+--- the fenced code blocks of a Markdown text (``` or ~~~ fences, possibly indented), with
+--- n the README line of the block's first code line and first that line itself.
+local function extract_blocks(text)
+  local blocks, cur = {}, nil
+  local n = 0
+  for line in (text .. "\n"):gmatch("(.-)\r?\n") do
+    n = n + 1
+    if cur then
+      local fence = line:match("^%s*([`~][`~][`~]+)%s*$")
+      if fence and fence:sub(1, 1) == cur.fence:sub(1, 1) and #fence >= #cur.fence then
+        cur.code = table.concat(cur.lines, "\n") .. "\n"
+        cur.first = cur.lines[1] or ""
+        cur.lines = nil
+        blocks[#blocks + 1] = cur
+        cur = nil
+      else
+        cur.lines[#cur.lines + 1] = line
+      end
+    else
+      local fence, info = line:match("^%s*([`~][`~][`~]+)%s*(.-)%s*$")
+      if fence and fence:match("^`+$") or (fence and fence:match("^~+$")) then
+        cur = {fence = fence, lang = (info:match("^(%S+)") or ""):lower(), line = n + 1,
+               lines = {}}
+      end
+    end
+  end
+  return blocks
+end
+
+--- skip_reason(block) -> the reason when the block is marked as not run, else nil
+local function skip_reason(block)
+  return block.first:match(SKIP_MARK)
+end
+
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+local function glimpse_exe()
+  return arg and arg[-1] or "build/glimpse"
+end
+
+--- run_block(block, tmp) -> ok, output: the block as a script in a new glimpse process
+local function run_block(block, tmp)
+  local path = tmp .. "/block_" .. block.line .. ".lua"
+  write_file(path, block.code)
+  local cmd = string.format("timeout %d %s %s 2>&1", BLOCK_TIMEOUT_S,
+                            shell_quote(glimpse_exe()), shell_quote(path))
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  local ok, _, code = p:close()
+  os.remove(path)
+  if not ok and code == 124 then
+    out = out .. "\n(timed out after " .. BLOCK_TIMEOUT_S .. " s)"
+  end
+  return ok == true, out
+end
+
+local function tail_lines(s, n)
+  local lines = {}
+  for l in (s .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = l end
+  while #lines > 0 and lines[#lines] == "" do lines[#lines] = nil end
+  local from = math.max(1, #lines - n + 1)
+  return table.concat(lines, "\n      ", from)
+end
+
+--- check_blocks(blocks, label) -> failures (array of messages), run count, skipped count
+local function check_blocks(blocks, label)
+  local tmp = os.tmpname()
+  os.remove(tmp)
+  assert(os.execute("mkdir -p " .. shell_quote(tmp)))
+  local failures, ran, skipped = {}, 0, 0
+  for _, b in ipairs(blocks) do
+    if b.lang == "lua" then
+      local reason = skip_reason(b)
+      if reason then
+        skipped = skipped + 1
+        if reason == "" then
+          failures[#failures + 1] = string.format("%s:%d: a skipped block must say why: %s",
+                                                  label, b.line, b.first)
+        end
+      else
+        ran = ran + 1
+        local ok, out = run_block(b, tmp)
+        if not ok then
+          failures[#failures + 1] = string.format("%s:%d: the block starting %q failed:\n      %s",
+                                                  label, b.line, b.first, tail_lines(out, ERROR_LINES))
+        end
+      end
+    end
+  end
+  os.execute("rm -rf " .. shell_quote(tmp))
+  return failures, ran, skipped
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the checker itself
+
+function T.test_extractor_finds_fenced_blocks_with_their_lines_and_languages()
+  local md = table.concat({
+    "# title",                 -- 1
+    "```lua",                  -- 2
+    "local a = 1",             -- 3
+    "print(a)",                -- 4
+    "```",                     -- 5
+    "text",                    -- 6
+    "  ```sh",                 -- 7
+    "make test",               -- 8
+    "  ```",                   -- 9
+    "~~~lua",                  -- 10
+    "x = '```'",               -- 11: a fence inside another fence's block is code
+    "~~~",                     -- 12
+    "```",                     -- 13
+    "plain",                   -- 14
+    "```",                     -- 15
+  }, "\n")
+  local b = extract_blocks(md)
+  lu.assertEquals(#b, 4)
+  lu.assertEquals({b[1].lang, b[1].line, b[1].first, b[1].code}, {"lua", 3, "local a = 1",
+                                                                 "local a = 1\nprint(a)\n"})
+  lu.assertEquals({b[2].lang, b[2].line, b[2].first}, {"sh", 8, "make test"})
+  lu.assertEquals({b[3].lang, b[3].line, b[3].code}, {"lua", 11, "x = '```'\n"})
+  lu.assertEquals({b[4].lang, b[4].line, b[4].first}, {"", 14, "plain"})
+end
+
+function T.test_skip_marker_needs_its_exact_form_and_a_reason()
+  lu.assertEquals(skip_reason({first = "-- (not run by the tests: needs Flickr8k)"}),
+                  "needs Flickr8k")
+  lu.assertEquals(skip_reason({first = "  --  (not run by the tests: trains for minutes)  "}),
+                  "trains for minutes")
+  lu.assertNil(skip_reason({first = "-- not run by the tests"}))
+  lu.assertNil(skip_reason({first = "local x = 1 -- (not run by the tests: x)"}))
+  local failures, ran, skipped = check_blocks(extract_blocks(
+    "```lua\n-- (not run by the tests: )\nerror('never run')\n```\n"), "fake.md")
+  lu.assertEquals({ran, skipped, #failures}, {0, 1, 1})
+  lu.assertStrContains(failures[1], "must say why")
+end
+
+function T.test_a_failing_block_is_reported_with_its_line_and_first_line()
+  local md = "intro\n\n```lua\nlocal ok = 1\n```\n\n```lua\nlocal t = glimpse.zeros(2, 3)\n"
+             .. "print(t:matmul(t))\n```\n"
+  local failures, ran = check_blocks(extract_blocks(md), "fake.md")
+  lu.assertEquals(ran, 2)
+  lu.assertEquals(#failures, 1)
+  lu.assertStrContains(failures[1], "fake.md:8:")
+  lu.assertStrContains(failures[1], 'local t = glimpse.zeros(2, 3)')
+  lu.assertStrContains(failures[1], "inner dims")       -- the engine's message comes along
+end
+
+function T.test_blocks_run_in_fresh_processes()
+  local md = "```lua\nleaked_global = 42\n```\n"
+             .. "```lua\nassert(leaked_global == nil, 'state leaked between blocks')\n```\n"
+  local failures, ran = check_blocks(extract_blocks(md), "fake.md")
+  lu.assertEquals(ran, 2)
+  lu.assertEquals(failures, {})
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the README
+
+function T.test_every_lua_example_in_the_readme_runs()
+  local blocks = extract_blocks(read_file(README))
+  local failures, ran, skipped = check_blocks(blocks, README)
+  if #failures > 0 then
+    lu.fail(string.format("%d of %d README examples failed:\n  %s", #failures, ran + skipped,
+                          table.concat(failures, "\n  ")))
+  end
+  lu.assertTrue(ran >= MIN_RUN_BLOCKS, string.format("only %d README examples ran", ran))
+  lu.assertTrue(skipped <= ran // 4, string.format("%d of %d examples are skipped: keep them "
+                                                   .. "rare", skipped, ran + skipped))
+end
+
+return T
