@@ -6,16 +6,17 @@
 --
 -- Model: conv3x3(1->c1)-BN-ReLU-maxpool2 -> conv3x3(c1->c2)-BN-ReLU-maxpool2 -> flatten ->
 -- Linear(c2*7*7 -> hidden)-ReLU-Dropout -> Linear(hidden -> 10), trained with Adam on
--- cross-entropy.  Prints a one-line configuration header, a progress line with the rate and
--- the ETA of the training steps, the test accuracy after each epoch, and writes results.json (configuration,
--- per-epoch numbers, timing, machine load) and model.safetensors (the state_dict, loadable by
--- PyTorch under the same names) to the --out folder, named at the end.
+-- cross-entropy.  Prints a one-line configuration header, progress (glimpse.progress: one
+-- redrawn line on a terminal, a line every --log-every steps in a log) with the rate and the
+-- ETA of the training steps, the test accuracy after each epoch, and writes results.json
+-- (configuration, per-epoch numbers, timing, machine load), model.safetensors (the
+-- state_dict, loadable by PyTorch under the same names) and run.json (the command) to the
+-- --out folder, named at the end.
 local glimpse = require "glimpse"
 local argparse = require "argparse"
-local cjson = require "cjson"
 local fm = require "datasets.fashion_mnist"
 
-local nn = glimpse.nn
+local nn, progress, util = glimpse.nn, glimpse.progress, glimpse.util
 
 local parser = argparse("fashion_mnist", "Train a small CNN on Fashion-MNIST.")
 parser:option("--epochs", "Training epochs.", "3"):convert(tonumber)
@@ -144,22 +145,18 @@ local function permutation(n)
   return p
 end
 
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  if not f then return nil end
-  local s = f:read("l")
-  f:close()
-  return s
-end
-
 -- ---------------------------------------------------------------------------------------
 -- training
 
 local history = {}
-local t0 = glimpse.clock()
+local clock = util.Timer()                -- everything after loading (the time limit)
 local step, stopped_early = 0, false
 local train_seconds = 0                   -- training steps only (the rate and the ETA)
-local load_before = loadavg()
+local load_before = util.loadavg()
+local bar = progress.Bar{total = total_steps, label = "train", every = args.log_every,
+                        unit = "img", unit_scale = args.batch,
+                        fields = {"epoch", "loss", "train acc"},
+                        formats = {loss = "%.4f", ["train acc"] = "%5.1f%%"}}
 for epoch = 1, args.epochs do
   set_lr(opt, args.lr * args.lr_decay ^ (epoch - 1))
   model:train()
@@ -181,40 +178,36 @@ for epoch = 1, args.epochs do
     loss_sum = loss_sum + l * len
     seen = seen + len
     correct = correct + glimpse.no_grad(function() return logits:argmax(2):eq(y):sum():item() end)
-    local elapsed = glimpse.clock() - t0
-    local trained = train_seconds + glimpse.clock() - t_epoch
-    if b % args.log_every == 0 or b == steps_per_epoch then
-      local rate = step * args.batch / trained
-      local eta = (total_steps - step) * trained / step
-      print(string.format("epoch %d/%d  step %5d/%d  loss %.4f  train acc %5.1f%%  %6.0f img/s  " ..
-                          "elapsed %4.0fs  ETA %4.0fs", epoch, args.epochs, b, steps_per_epoch,
-                          loss_sum / seen, 100 * correct / seen, rate, elapsed, eta))
-    end
-    if elapsed > args.time_limit then
+    bar:update(step, {epoch = string.format("%d/%d", epoch, args.epochs), loss = loss_sum / seen,
+                      ["train acc"] = 100 * correct / seen})
+    if clock:elapsed() > args.time_limit then
       stopped_early = true
       break
     end
   end
   local train_time = glimpse.clock() - t_epoch
   train_seconds = train_seconds + train_time
+  bar:show()                              -- the epoch's last step, whatever --log-every says
+  bar:pause()                             -- the rate and ETA count training steps only
   local acc, test_loss = evaluate(test_x, test_y)
+  bar:resume()
   history[#history + 1] = {epoch = epoch, train_loss = loss_sum / seen, train_acc = correct / seen,
                            test_acc = acc, test_loss = test_loss, seconds = train_time,
                            images = seen}
-  print(string.format("epoch %d: test accuracy %.2f%% (loss %.4f), train %.2f%%, %.1fs",
-                      epoch, 100 * acc, test_loss, 100 * correct / seen, train_time))
+  bar:print(string.format("epoch %d: test accuracy %.2f%% (loss %.4f), train %.2f%%, %.1fs",
+                          epoch, 100 * acc, test_loss, 100 * correct / seen, train_time))
   if stopped_early then
-    print(string.format("stopped: time limit of %ds reached", args.time_limit))
+    bar:print(string.format("stopped: time limit of %ds reached", args.time_limit))
     break
   end
 end
-local total = glimpse.clock() - t0
+bar:finish()
+local total = clock:elapsed()
 local final = history[#history]
 
 -- ---------------------------------------------------------------------------------------
 -- results
 
-os.execute("mkdir -p '" .. args.out .. "'")
 local blas = glimpse.blas_info()
 local results = {
   config = {epochs = args.epochs, batch = args.batch, lr = args.lr, lr_decay = args.lr_decay,
@@ -231,12 +224,13 @@ local results = {
   training_images_per_second = step * args.batch / train_seconds,
   stopped_early = stopped_early,
   machine = {blas_core = blas.core, blas_threads = blas.threads,
-             loadavg_before = load_before, loadavg_after = loadavg()},
+             loadavg_before = load_before, loadavg_after = util.loadavg(),
+             peak_rss_kb = util.peak_rss_kb()},
 }
-local f = assert(io.open(args.out .. "/results.json", "w"))
-f:write(cjson.encode(results), "\n")
-f:close()
+util.output_dir(args.out, results.config)
+util.write_json(args.out .. "/results.json", results, {indent = 2})
 glimpse.save(args.out .. "/model.safetensors", model:state_dict(),
-             {config = cjson.encode(results.config), test_accuracy = string.format("%.4f", final.test_acc)})
+             {config = util.json_encode(results.config),
+              test_accuracy = string.format("%.4f", final.test_acc)})
 print(string.format("final test accuracy %.2f%% after %.0fs (%.0fs loading); results in %s/ " ..
-                    "(results.json, model.safetensors)", 100 * final.test_acc, total, t_load, args.out))
+                    "(results.json, model.safetensors, run.json)", 100 * final.test_acc, total, t_load, args.out))

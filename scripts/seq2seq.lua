@@ -8,18 +8,21 @@
 --   glimpse scripts/seq2seq.lua --score additive --mode soft          (reversal, lengths 5-20)
 --   glimpse scripts/seq2seq.lua --task dates --score general --mode local-p
 --   glimpse scripts/seq2seq.lua --quick                               (a demo, under a minute)
+--   glimpse scripts/seq2seq.lua --quick --beam 5                      (+ beam search at the end)
 --
--- Prints a configuration header, progress lines (loss, rate, ETA), the exact-sequence
--- accuracy on a held-out set, and writes alignment heatmaps (PNG and one SVG), metrics.json
--- and samples.txt to the output folder it names at the end.
+-- Prints a configuration header, progress (glimpse.progress: loss, rate, ETA), the
+-- exact-sequence accuracy of greedy decoding on a held-out set (and of beam search with
+-- --beam K > 1; both through glimpse.decode), and writes alignment heatmaps (PNG and one
+-- SVG), metrics.json, samples.txt and run.json (the command and configuration) to the
+-- output folder it names at the end.
 local argparse = require "argparse"
 local glimpse = require "glimpse"
-local cjson = require "cjson"
 local tasks = require "datasets.seq2seq_tasks"
 local batches = require "datasets.batches"
 local Vocab = require "datasets.vocab"
 
 local nn, optim, att, viz = glimpse.nn, glimpse.optim, glimpse.attention, glimpse.viz
+local decode, progress, util = glimpse.decode, glimpse.progress, glimpse.util
 
 -- ---------------------------------------------------------------------------------------
 -- flags
@@ -57,12 +60,16 @@ parser:option("--entropy", "hard mode: entropy bonus weight", "0.01"):convert(to
 parser:option("--ds", "doubly stochastic penalty weight (0: off)", "0"):convert(tonumber)
 parser:flag("--coverage", "add a coverage term inside the additive/concat score")
 parser:option("--maps", "alignment heatmaps to write", "4"):convert(tonumber)
+parser:option("--beam", "beam width for the final held-out decoding (1: greedy only)", "1")
+  :convert(tonumber)
+parser:option("--length-penalty", "beam search: GNMT length penalty alpha", "0"):convert(tonumber)
 parser:option("--threads", "BLAS threads (0: leave as is; these small matrices run best on 1)",
               "1"):convert(tonumber)
 parser:option("--seed", "random seed", "1"):convert(tonumber)
 parser:option("--out", "output folder (default out/seq2seq-<task>-<score>-<mode>)")
 parser:flag("--quick", "a short demo: lengths 5-10, about 40 seconds")
 local args = parser:parse(arg)
+if args.beam < 1 or args.beam % 1 ~= 0 then parser:error("--beam must be a positive integer") end
 
 if args.quick then
   args.max_len = math.min(args.max_len, 10)
@@ -157,43 +164,51 @@ function Seq2Seq:loss(b, baseline)
   return loss, token_nll:item()
 end
 
--- Greedy decoding (no teacher forcing).  Returns for each row the predicted ids (up to <end>)
--- and the alignment rows {alpha_t (S)} of the steps taken.
-function Seq2Seq:greedy(b, max_steps)
-  local B = b.src.shape[1]
+-- Decoding (no teacher forcing) goes through glimpse.decode, which needs everything with one
+-- row per sequence in the state it reorders: the LSTM state, the fed-back h~, and the
+-- attention state (projected keys, mask, previous alignment...).
+function Seq2Seq:decode_state(b)
   local enc, h, c = self:encode(b.src, b.src_lengths)
   local astate = self.attention:precompute(enc, nil, b.src_mask)
-  local y = glimpse.full({B}, Vocab.START)
-  local feed = glimpse.zeros(B, self.H)
-  local preds, maps, done = {}, {}, {}
-  for i = 1, B do preds[i], maps[i] = {}, {} end
-  for _ = 1, max_steps do
-    local alpha
-    feed, h, c, alpha, astate = self:step(self.tgt_emb(y), feed, h, c, enc, b.src_mask, astate)
-    y = self.out(feed):argmax(2)
-    local ys, arows = y:totable(), alpha:totable()
-    local all = true
-    for i = 1, B do
-      if not done[i] then
-        maps[i][#maps[i] + 1] = arows[i]
-        if ys[i] == Vocab.END then done[i] = true else preds[i][#preds[i] + 1] = ys[i] end
-      end
-      all = all and done[i]
-    end
-    if all then break end
+  -- the concat score caches the query half of its weight beside the per-row keys: not per row
+  local keep = {astate.cache and astate.cache.Wq}
+  return {h = h, c = c, feed = glimpse.zeros(h.shape[1], self.H), att = astate}, keep
+end
+
+-- one step in glimpse.decode's convention: y (N) previous ids -> log p(y_t) (N,V), the new
+-- state, alpha (N,S)
+function Seq2Seq:decode_step(y, st)
+  local feed, h, c, alpha, astate = self:step(self.tgt_emb(y), st.feed, st.h, st.c, nil, nil,
+                                              st.att)
+  return glimpse.log_softmax(self.out(feed), 2), {h = h, c = c, feed = feed, att = astate}, alpha
+end
+
+-- Predicted ids (up to <end>) and alignment rows {alpha_t (S)} for each row of a batch:
+-- greedy, or beam search with beam > 1.
+function Seq2Seq:predict(b, max_steps, beam)
+  local st, keep = self:decode_state(b)
+  local step = function(y, s) return self:decode_step(y, s) end
+  local o = {max_len = max_steps, start = Vocab.START, stop = Vocab.END, keep = keep}
+  if beam <= 1 then
+    local preds, _, maps = decode.greedy(step, st, o)
+    return preds, maps
   end
+  o.beam, o.length_penalty = beam, args.length_penalty
+  local hyps = decode.beam(step, st, o)
+  local preds, maps = {}, {}
+  for i, h in ipairs(hyps) do preds[i], maps[i] = h[1].tokens, h[1].alignment end
   return preds, maps
 end
 
 -- ---------------------------------------------------------------------------------------
 -- evaluation
 
-local function evaluate(model, ds, want_maps)
+local function evaluate(model, ds, want_maps, beam)
   model:evaluate()
   local correct, total, shown = 0, 0, {}
   glimpse.no_grad(function()
     for b, idx in batches.iterate(ds, {batch_size = 200, shuffle = false}) do
-      local preds, maps = model:greedy(b, b.tgt_in.shape[2] + 5)
+      local preds, maps = model:predict(b, b.tgt_in.shape[2] + 5, beam or 1)
       for k, i in ipairs(idx) do
         local pred = ds:decode_tgt(preds[k])
         local ok = pred == ds.tgt[i]
@@ -227,18 +242,17 @@ local nparams = 0
 for _, p in ipairs(params) do nparams = nparams + p:numel() end
 print(string.format("seq2seq: task %s (lengths %d-%d, %d train / %d valid), score %s, mode %s, "
                     .. "emb %d, hidden %d, attn %d, %d params, batch %d, Adam lr %g, "
-                    .. "steps <= %d, time <= %ds, BLAS threads %d, seed %d",
+                    .. "steps <= %d, time <= %ds, BLAS threads %d, seed %d, final decoding %s",
                     args.task, args.min_len, args.max_len, train.n, valid.n, args.score,
                     args.mode, args.emb, args.hidden, args.attn_hidden, nparams, args.batch,
-                    args.lr, args.steps, args.time_limit, glimpse.get_num_threads(), args.seed))
-
-local function fmt_time(s)
-  s = math.max(0, math.floor(s + 0.5))
-  return string.format("%d:%02d", s // 60, s % 60)
-end
+                    args.lr, args.steps, args.time_limit, glimpse.get_num_threads(), args.seed,
+                    args.beam > 1 and string.format("greedy + beam %d (alpha %g)", args.beam,
+                                                    args.length_penalty) or "greedy"))
 
 local history = {}
-local t0 = glimpse.clock()
+local bar = progress.Bar{total = args.steps, label = "train", every = args.log_every,
+                        unit = "step", time_limit = args.time_limit,
+                        fields = {"epoch", "loss"}, formats = {loss = "%.4f"}}
 local step, epoch, best, reached = 0, 0, 0, nil
 local ema
 local stop = false
@@ -253,41 +267,43 @@ while not stop do
     optim.clip_grad_norm(params, args.clip)
     opt:step()
     ema = ema and 0.95 * ema + 0.05 * nll or nll
-    local elapsed = glimpse.clock() - t0
-    if step % args.log_every == 0 or step == 1 then
-      local rate = step / elapsed
-      local eta = math.min((args.steps - step) / rate, args.time_limit - elapsed)
-      print(string.format("step %5d/%d  epoch %d  loss %.4f  %.1f steps/s  elapsed %s  ETA %s",
-                          step, args.steps, epoch, ema, rate, fmt_time(elapsed), fmt_time(eta)))
-    end
+    bar:update(step, {epoch = epoch, loss = ema})
+    local elapsed = bar:elapsed()
     local last = step >= args.steps or elapsed >= args.time_limit
     if step % args.eval_every == 0 or last then
-      local te = glimpse.clock()
+      bar:pause()                                -- evaluation time does not count as training
       local acc = evaluate(model, valid)
-      local t_train = te - t0
-      history[#history + 1] = {step = step, seconds = t_train, accuracy = acc, loss = ema}
+      history[#history + 1] = {step = step, seconds = elapsed, accuracy = acc, loss = ema}
       best = math.max(best, acc)
-      print(string.format("  valid: exact-sequence accuracy %.2f%% at step %d (%.0fs of training)",
-                          100 * acc, step, t_train))
+      bar:print(string.format("  valid: exact-sequence accuracy %.2f%% at step %d (%.0fs of training)",
+                              100 * acc, step, elapsed))
       if acc >= args.target and not reached then
-        reached = {step = step, seconds = t_train}
+        reached = {step = step, seconds = elapsed}
         stop = true
       end
-      t0 = t0 + (glimpse.clock() - te)          -- evaluation time does not count as training
+      bar:resume()
     end
     if last then stop = true end
     if stop then break end
   end
 end
-local train_seconds = glimpse.clock() - t0
+local train_seconds = bar:finish()
 
 -- ---------------------------------------------------------------------------------------
 -- results
 
-os.execute("mkdir -p '" .. out_dir .. "'")
-local acc, shown = evaluate(model, valid, args.maps)
+util.output_dir(out_dir, {args = args, model = cfg})
+local acc, shown = evaluate(model, valid, args.beam > 1 and 0 or args.maps)
 print(string.format("final: exact-sequence accuracy %.2f%% on %d held-out examples after %d steps "
                     .. "(%.0fs of training)", 100 * acc, valid.n, step, train_seconds))
+local acc_beam
+if args.beam > 1 then
+  local t_beam = util.Timer()
+  acc_beam, shown = evaluate(model, valid, args.maps, args.beam)
+  print(string.format("final: beam search (beam %d, length penalty %g): exact-sequence accuracy "
+                      .. "%.2f%% (%.1fs)", args.beam, args.length_penalty, 100 * acc_beam,
+                      t_beam:elapsed()))
+end
 
 local samples = {}
 for k, s in ipairs(shown) do
@@ -309,14 +325,14 @@ for k, s in ipairs(shown) do
   samples[#samples + 1] = string.format("%s -> %s (target %s)%s", s.src, s.pred, s.tgt,
                                         s.ok and "" or "  WRONG")
 end
-local f = assert(io.open(out_dir .. "/samples.txt", "w"))
-f:write(table.concat(samples, "\n"), "\n")
-f:close()
-f = assert(io.open(out_dir .. "/metrics.json", "w"))
-f:write(cjson.encode({task = args.task, score = args.score, mode = args.mode,
-                      accuracy = acc, steps = step, train_seconds = train_seconds,
-                      reached_target = reached, history = history, config = cfg,
-                      threads = glimpse.get_num_threads()}), "\n")
-f:close()
+util.write_lines(out_dir .. "/samples.txt", samples)
+util.write_json(out_dir .. "/metrics.json",
+                {task = args.task, score = args.score, mode = args.mode,
+                 accuracy = acc, accuracy_beam = acc_beam,
+                 beam = args.beam > 1 and args.beam or nil,
+                 length_penalty = args.beam > 1 and args.length_penalty or nil,
+                 steps = step, train_seconds = train_seconds,
+                 reached_target = reached, history = history, config = cfg,
+                 threads = glimpse.get_num_threads()}, {indent = 2})
 for _, s in ipairs(samples) do print("  " .. s) end
-print("wrote alignment heatmaps, samples.txt and metrics.json to " .. out_dir)
+print("wrote alignment heatmaps, samples.txt, metrics.json and run.json to " .. out_dir)
