@@ -52,6 +52,10 @@
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb_image_write.h>
 
+/* stb_image_resize 0.9x asserts that each downsampling filter's weights sum to 0.9..1.1 and
+ * then renormalises them; its triangle filter misses that range on many ratios (300 -> 256),
+ * so the assert would abort on a valid request.  The weights are renormalised either way. */
+#define STBIR_ASSERT(x) ((void)0)
 #define STB_IMAGE_RESIZE_STATIC
 #define STB_IMAGE_RESIZE_IMPLEMENTATION
 #include <stb_image_resize.h>

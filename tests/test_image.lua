@@ -351,6 +351,22 @@ function M.test_resize_of_a_constant_image_stays_constant()
   end
 end
 
+function M.test_bilinear_downsampling_at_awkward_ratios_stays_a_weighted_average()
+  -- stb's triangle filter used to trip an internal assert (and abort) on ratios like 300 -> 256
+  glimpse.manual_seed(3)
+  local img = glimpse.rand(1, 300, 400)
+  for _, hw in ipairs({{256, 341}, {224, 299}, {97, 131}, {255, 399}}) do
+    local r = image.resize(img, hw[1], hw[2], {filter = "bilinear"})
+    lu.assertEquals(r.shape, {1, hw[1], hw[2]})
+    lu.assertTrue(r:min():item() >= -RESIZE_TOL and r:max():item() <= 1 + RESIZE_TOL)
+    lu.assertAlmostEquals(r:mean():item(), img:mean():item(), 0.01)
+  end
+  local flat_img = glimpse.full({3, 300, 400}, 0.7)
+  local r = image.resize(flat_img, 256, 341, {filter = "bilinear"})
+  lu.assertAlmostEquals(r:min():item(), 0.7, RESIZE_TOL)
+  lu.assertAlmostEquals(r:max():item(), 0.7, RESIZE_TOL)
+end
+
 function M.test_resize_keeps_batch_and_channel_planes_apart()
   local t = {}
   for b = 1, 2 do
