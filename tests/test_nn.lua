@@ -436,6 +436,23 @@ function T.test_sibling_module_files_merge_into_nn_once_whichever_loads_first()
   end
 end
 
+function T.test_linear_init_false_keeps_shapes_and_loads_weights()
+  local src = nn.Linear(5, 3)
+  local l = nn.Linear(5, 3, {init = false})
+  lu.assertEquals(l.weight.shape, {3, 5})
+  lu.assertEquals(l.bias.shape, {3})
+  l:load_state_dict(src:state_dict())
+  local x = glimpse.randn(2, 5)
+  lu.assertEquals(l(x):totable(), src(x):totable())
+end
+
+function T.test_adaptive_avg_pool_is_an_nn_layer()
+  local x = glimpse.arange(16):reshape(1, 1, 4, 4)
+  local y = nn.AdaptiveAvgPool2d(2)(x)
+  lu.assertEquals(y:totable(), {{{{3.5, 5.5}, {11.5, 13.5}}}})
+  lu.assertEquals(nn.AdaptiveAvgPool2d({1, 3})(x).shape, {1, 1, 1, 3})
+end
+
 function T.test_glimpse_init_is_the_initialiser_table()
   lu.assertIs(glimpse.init, require "glimpse.nn_init")
 end

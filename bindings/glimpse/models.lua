@@ -55,77 +55,9 @@ local function check_int(v, what, fname, lo, level)
   return v
 end
 
--- ---------------------------------------------------------------------------------------
--- AdaptiveAvgPool2d: x (B,C,H,W) or (C,H,W) -> (B,C,oh,ow); cell (i,j) averages rows
--- floor(i*H/oh) .. ceil((i+1)*H/oh)-1 and the same for columns (PyTorch's windows, which
--- overlap or repeat when H is not a multiple of oh, or smaller than it).
-
-local AdaptiveAvgPool2d = nn.Module:extend("AdaptiveAvgPool2d")
+-- AdaptiveAvgPool2d lives in glimpse.nn (torchvision's heads use it)
+local AdaptiveAvgPool2d = nn.AdaptiveAvgPool2d
 M.AdaptiveAvgPool2d = AdaptiveAvgPool2d
-
---- models.AdaptiveAvgPool2d(size) -> module; size an integer or {oh, ow}
-function AdaptiveAvgPool2d:init(size)
-  if math.type(size) == "integer" then size = {size, size} end
-  if type(size) ~= "table" or math.type(size[1]) ~= "integer" or math.type(size[2]) ~= "integer"
-     or size[1] < 1 or size[2] < 1 then
-    error("AdaptiveAvgPool2d: output size must be an integer >= 1 or {oh, ow} of them, got " ..
-          tostring(size), 3)
-  end
-  self.output_size = {size[1], size[2]}
-  self._pool_mats = {}            -- (H*W, oh*ow) averaging matrices by input size
-end
-
--- The (H*W, oh*ow) matrix whose column (i,j) holds 1/count on the cells of window (i,j).
-local function pool_matrix(H, W, oh, ow)
-  local rows = {}
-  for p = 1, H * W do
-    local r = {}
-    for q = 1, oh * ow do r[q] = 0 end
-    rows[p] = r
-  end
-  for i = 0, oh - 1 do
-    local y0, y1 = (i * H) // oh, ((i + 1) * H + oh - 1) // oh
-    for j = 0, ow - 1 do
-      local x0, x1 = (j * W) // ow, ((j + 1) * W + ow - 1) // ow
-      local v = 1 / ((y1 - y0) * (x1 - x0))
-      for y = y0, y1 - 1 do
-        for x = x0, x1 - 1 do rows[y * W + x + 1][i * ow + j + 1] = v end
-      end
-    end
-  end
-  return glimpse.tensor(rows)
-end
-
-function AdaptiveAvgPool2d:forward(x)
-  if not is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
-    error("AdaptiveAvgPool2d: expected a (B,C,H,W) or (C,H,W) tensor, got " ..
-          (is_tensor(x) and shape_str(x) or type(x)), 2)
-  end
-  local single = x:dim() == 3
-  if single then x = x:unsqueeze(1) end
-  local B, C, H, W = table.unpack(x.shape)
-  local oh, ow = self.output_size[1], self.output_size[2]
-  local y
-  if H == oh and W == ow then
-    y = x
-  elseif H % oh == 0 and W % ow == 0 then      -- equal, disjoint windows: plain pooling
-    y = glimpse.avg_pool2d(x, {H // oh, W // ow})
-  else
-    local key = H .. "x" .. W
-    local P = self._pool_mats[key]
-    if not P then
-      P = pool_matrix(H, W, oh, ow)
-      self._pool_mats[key] = P
-    end
-    y = x:reshape(B * C, H * W):matmul(P):reshape(B, C, oh, ow)
-  end
-  if single then y = y:squeeze(1) end
-  return y
-end
-
-function AdaptiveAvgPool2d:extra_repr()
-  return string.format("output_size=(%d, %d)", self.output_size[1], self.output_size[2])
-end
 
 -- ---------------------------------------------------------------------------------------
 -- the encoder base class: argument checks and grid() shared by every architecture.
@@ -232,15 +164,10 @@ end
 -- ---------------------------------------------------------------------------------------
 -- weights: initialisation like torchvision, loading, and skipping the random init
 
--- A Linear whose weights are left uninitialised (they are about to be loaded): VGG's first
+-- A Linear whose weights are left uninitialised when they are about to be loaded: VGG's first
 -- classifier layer has 102M weights, and drawing them only to overwrite them costs seconds.
 local function linear(din, dout, fill)
-  if fill then return nn.Linear(din, dout) end
-  local l = nn.Linear(1, 1)
-  l.in_features, l.out_features = din, dout
-  l.weight = glimpse.empty(dout, din):requires_grad()
-  l.bias = glimpse.empty(dout):requires_grad()
-  return l
+  return nn.Linear(din, dout, {init = fill and true or false})
 end
 
 -- torchvision's initialisation: kaiming normal (fan_out, ReLU) convolutions with zero bias,
