@@ -8,7 +8,10 @@
 -- safetensors file that the PyTorch side loads, so both first-step losses come from the same
 -- numbers; they must agree to LOSS_RTOL.  Each side reports JSON lines; the best ms/step over
 -- the rounds is kept (PyTorch's is already its best over 1 and 2 threads), peak resident
--- memory (VmHWM) is the largest seen.  Prints a table and writes bench/results.json.
+-- memory (VmHWM) is the largest seen.  Both sides also report the CPU time (all threads) of
+-- their timed steps; its ratio ("cpu ratio", from the same runs as the best wall times) is
+-- the steadier number on a machine other work is loading.  The load average before and
+-- after goes into the output.  Prints a table and writes bench/results.json.
 -- A workload whose glimpse side fails is listed as skipped with its error.
 local cjson = require "cjson"
 
@@ -27,7 +30,7 @@ do
 end
 
 local GLIMPSE = arg[-1] or "build/glimpse"
-local ROUNDS = quick and 1 or 2
+local ROUNDS = quick and 1 or 3
 
 -- name, description, timed steps (full, quick), forward+backward FLOPs per step (or nil)
 local function fl_decoder(B, T, L, demb, dmem, hid, att, V)
@@ -77,6 +80,15 @@ local function run_json(cmd)
   return t
 end
 
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  if not f then return nil end
+  local a, b, c = f:read("l"):match("^(%S+) (%S+) (%S+)")
+  f:close()
+  return {tonumber(a), tonumber(b), tonumber(c)}
+end
+
+local load_start = loadavg()
 local results = {}
 for _, w in ipairs(WORKLOADS) do
   if not only or only == w.name then
@@ -100,12 +112,14 @@ for _, w in ipairs(WORKLOADS) do
           r.same_loss = r.loss_rel_diff <= LOSS_RTOL
         end
       end
-      r.glimpse_ms = math.min(r.glimpse_ms or math.huge, g.ms_per_step)
+      if not r.glimpse_ms or g.ms_per_step < r.glimpse_ms then
+        r.glimpse_ms, r.glimpse_cpu_ms = g.ms_per_step, g.cpu_ms_per_step
+      end
       r.glimpse_vmhwm_kb = math.max(r.glimpse_vmhwm_kb or 0, g.vmhwm_kb or 0)
       r.glimpse_threads = g.threads
       if t then
         if not r.torch_ms or t.ms_per_step < r.torch_ms then
-          r.torch_ms, r.torch_threads = t.ms_per_step, t.threads
+          r.torch_ms, r.torch_threads, r.torch_cpu_ms = t.ms_per_step, t.threads, t.cpu_ms_per_step
         end
         r.torch_vmhwm_kb = math.max(r.torch_vmhwm_kb or 0, t.vmhwm_kb or 0)
         r.torch_version = t.torch
@@ -113,6 +127,9 @@ for _, w in ipairs(WORKLOADS) do
     end
     os.remove(wfile)
     if r.glimpse_ms and r.torch_ms then r.ratio = r.glimpse_ms / r.torch_ms end
+    if r.glimpse_cpu_ms and r.torch_cpu_ms and r.torch_cpu_ms > 0 then
+      r.cpu_ratio = r.glimpse_cpu_ms / r.torch_cpu_ms
+    end
     if r.glimpse_ms and w.flops then
       r.flops_per_step = w.flops
       r.glimpse_gflops = w.flops / (r.glimpse_ms * 1e6)
@@ -124,9 +141,9 @@ end
 
 -- the table
 local function f(fmt, x) return x and string.format(fmt, x) or "-" end
-local hdr = string.format("| %-4s | %10s | %14s | %6s | %14s | %13s | %13s | %-9s |",
-  "work", "glimpse ms", "PyTorch ms (t)", "ratio", "GFLOP/s gl/pt", "glimpse MiB", "PyTorch MiB",
-  "same loss")
+local hdr = string.format("| %-4s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
+  "work", "glimpse ms", "PyTorch ms (t)", "ratio", "cpu ratio", "GFLOP/s gl/pt", "glimpse MiB",
+  "PyTorch MiB", "same loss")
 print(hdr)
 print((hdr:gsub("[^|]", "-")))
 for _, r in ipairs(results) do
@@ -135,10 +152,10 @@ for _, r in ipairs(results) do
   else
     local same = r.same_loss == nil and "-" or
       string.format("%s %.0e", r.same_loss and "yes" or "NO", r.loss_rel_diff)
-    print(string.format("| %-4s | %10s | %14s | %6s | %14s | %13s | %13s | %-9s |",
+    print(string.format("| %-4s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
       r.workload, f("%.2f", r.glimpse_ms),
       r.torch_ms and string.format("%.2f (%d)", r.torch_ms, r.torch_threads) or "failed",
-      f("%.2f", r.ratio),
+      f("%.2f", r.ratio), f("%.2f", r.cpu_ratio),
       r.glimpse_gflops and string.format("%.1f/%s", r.glimpse_gflops, f("%.1f", r.torch_gflops)) or "-",
       f("%.1f", r.glimpse_vmhwm_kb and r.glimpse_vmhwm_kb / 1024),
       f("%.1f", r.torch_vmhwm_kb and r.torch_vmhwm_kb / 1024), same))
@@ -146,8 +163,13 @@ for _, r in ipairs(results) do
   if r.torch_error then print("  PyTorch error (" .. r.workload .. "): " .. r.torch_error) end
 end
 
+local load_end = loadavg()
+local function la(t) return t and string.format("%.2f %.2f %.2f", t[1], t[2], t[3]) or "?" end
+print(string.format("load average (1, 5, 15 min): %s before, %s after", la(load_start),
+                    la(load_end)))
 local out = io.open("bench/results.json", "w")
 out:write(cjson.encode({quick = quick, rounds = ROUNDS, loss_rtol = LOSS_RTOL,
+                        loadavg_start = load_start, loadavg_end = load_end,
                         results = results}), "\n")
 out:close()
 print("wrote bench/results.json")

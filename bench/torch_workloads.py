@@ -3,9 +3,11 @@
 Usage: /usr/bin/python3 bench/torch_workloads.py W STEPS WEIGHTS.safetensors
 Loads the initial weights and inputs that bench/glimpse_workloads.lua saved (a tiny
 safetensors reader: 8-byte little-endian header length, JSON header, raw float32 data),
-builds the same model with ordinary torch.nn modules, runs the first train step from those
+builds the same model with ordinary torch.nn modules (named like the glimpse side's nn
+modules, so the state_dict loads with strict=True), runs the first train step from those
 weights (its loss is compared with glimpse's), then times STEPS steps at 1 and at 2 threads
-(torch.set_num_threads) and reports the faster.  Prints one JSON line on stdout.
+(torch.set_num_threads) and reports the faster (wall clock, and the CPU time of that run).
+Prints one JSON line on stdout.
 Integer inputs arrive 1-based as float32 and are shifted to 0-based longs here.
 """
 import json
@@ -34,6 +36,17 @@ def read_safetensors(path):
     return out
 
 
+class Additive(nn.Module):
+    """Bahdanau's score as glimpse's nn.Attention{score="additive"} holds it:
+    e = v . tanh(query_proj(q) + key_proj(k)), query_proj with a bias, key_proj without."""
+
+    def __init__(self, query, key, hidden):
+        super().__init__()
+        self.query_proj = nn.Linear(query, hidden)
+        self.key_proj = nn.Linear(key, hidden, bias=False)
+        self.v = nn.Parameter(torch.zeros(hidden))
+
+
 class AttDecoder(nn.Module):
     """LSTMCell fed [emb; previous ctx], additive attention, output over [h; ctx]."""
 
@@ -41,23 +54,21 @@ class AttDecoder(nn.Module):
         super().__init__()
         self.tgt_emb = nn.Embedding(vocab, demb)
         self.decoder = nn.LSTMCell(demb + dmem, hid)
-        self.att_query = nn.Linear(hid, att, bias=False)
-        self.att_key = nn.Linear(dmem, att)
-        self.att_v = nn.Parameter(torch.zeros(att))
+        self.att = Additive(hid, dmem, att)
         self.out = nn.Linear(hid + dmem, vocab)
         self.dmem, self.hid = dmem, hid
 
     def forward(self, tgt_in, mem):
         B, T = tgt_in.shape
         e = self.tgt_emb(tgt_in)
-        uk = self.att_key(mem)
+        uk = self.att.key_proj(mem)                                   # keys projected once
         h = mem.new_zeros(B, self.hid)
         c = mem.new_zeros(B, self.hid)
         ctx = mem.new_zeros(B, self.dmem)
         outs = []
         for t in range(T):
             h, c = self.decoder(torch.cat([e[:, t], ctx], 1), (h, c))
-            s = torch.tanh(self.att_query(h).unsqueeze(1) + uk) @ self.att_v   # (B,L)
+            s = torch.tanh(self.att.query_proj(h).unsqueeze(1) + uk) @ self.att.v   # (B,L)
             alpha = torch.softmax(s, 1)
             ctx = torch.bmm(alpha.unsqueeze(1), mem).squeeze(1)
             outs.append(self.out(torch.cat([h, ctx], 1)))
@@ -83,16 +94,32 @@ class W2(nn.Module):
         self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
         self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
         self.conv3 = nn.Conv2d(64, 128, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
         self.dec = AttDecoder(32, 64, 128, 256, 256)
 
     def forward(self, inp):
         x = inp["images"]
         for c in (self.conv1, self.conv2, self.conv3):
-            x = F.max_pool2d(F.relu(c(x)), 2)
+            x = self.pool(F.relu(c(x)))
         B = x.shape[0]
         mem = x.reshape(B, 128, 64).transpose(1, 2)
         logits = self.dec(inp["tgt_in"], mem)
         return F.cross_entropy(logits.reshape(-1, 32), inp["tgt_out"].reshape(-1))
+
+
+class Pointer(nn.Module):
+    """Vinyals et al.'s pointer scores as glimpse's nn.Pointer holds them:
+    u = v . tanh(key_proj(k) + query_proj(q)), both projections without bias."""
+
+    def __init__(self, query, key, hidden):
+        super().__init__()
+        self.key_proj = nn.Linear(key, hidden, bias=False)
+        self.query_proj = nn.Linear(query, hidden, bias=False)
+        self.v = nn.Parameter(torch.zeros(hidden))
+
+    def forward(self, q, k):
+        """q (B,Tq,Dq), k (B,L,Dk) -> scores (B,Tq,L), every decoder step at once"""
+        return torch.tanh(self.query_proj(q).unsqueeze(2) + self.key_proj(k).unsqueeze(1)) @ self.v
 
 
 class W3(nn.Module):
@@ -103,9 +130,7 @@ class W3(nn.Module):
         self.encoder = nn.LSTM(H, H, batch_first=True)
         self.decoder = nn.LSTM(H, H, batch_first=True)
         self.dec_start = nn.Parameter(torch.zeros(1, 1, H))
-        self.ptr_query = nn.Linear(H, H, bias=False)
-        self.ptr_key = nn.Linear(H, H)
-        self.ptr_v = nn.Parameter(torch.zeros(H))
+        self.ptr = Pointer(H, H, H)
 
     def forward(self, inp):
         pts = inp["points"]
@@ -115,7 +140,7 @@ class W3(nn.Module):
         prev = e.reshape(B * N, -1).index_select(0, inp["dec_in_flat"]).reshape(B, N - 1, -1)
         din = torch.cat([self.dec_start.expand(B, 1, -1), prev], 1)
         yd, _ = self.decoder(din, (hn, cn))
-        s = torch.tanh(self.ptr_query(yd).unsqueeze(2) + self.ptr_key(ye).unsqueeze(1)) @ self.ptr_v
+        s = self.ptr(yd, ye)
         return F.cross_entropy(s.reshape(B * N, N), inp["targets"].reshape(-1))
 
 
@@ -143,15 +168,8 @@ def load(W, path):
             inp[n] = (v.round().long() - 1) if n in INT_INPUTS else v
     if W in MODELS:
         model = MODELS[W]()
-        sd = {}
-        for k, v in st.items():
-            if k.startswith("input."):
-                continue
-            # the glimpse names of the decoder shared by W1/W2 sit under "dec." here
-            if W in ("W1", "W2") and k.split(".")[0] in (
-                    "tgt_emb", "decoder", "att_query", "att_key", "att_v", "out"):
-                k = "dec." + k
-            sd[k] = v
+        # the glimpse side's modules carry the same names: its state_dict loads as is
+        sd = {k: v for k, v in st.items() if not k.startswith("input.")}
         model.load_state_dict(sd, strict=True)
         return model, inp
     return None, inp
@@ -189,15 +207,16 @@ def main():
     for threads in (1, 2):
         torch.set_num_threads(threads)
         one()   # warm-up at this thread count
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             one()
         ms = (time.perf_counter() - t0) * 1000 / steps
+        cpu_ms = (time.process_time() - c0) * 1000 / steps   # CPU time of all threads
         if best is None or ms < best[0]:
-            best = (ms, threads)
+            best = (ms, threads, cpu_ms)
     print(json.dumps({"side": "torch", "workload": W, "loss1": loss1, "ms_per_step": best[0],
-                      "threads": best[1], "steps": steps, "vmhwm_kb": vmhwm(),
-                      "torch": torch.__version__}))
+                      "cpu_ms_per_step": best[2], "threads": best[1], "steps": steps,
+                      "vmhwm_kb": vmhwm(), "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

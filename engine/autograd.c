@@ -98,6 +98,28 @@ gl_tensor *gl_grad_of(gl_node *n, int i) {
   return *slot;
 }
 
+/* gl_grad_of without the zeroing of a new buffer.  A buffer is only handed out fresh when no
+ * other input of the node is the same tensor: the op's later gl_grad_of(n, j) for that input
+ * would otherwise add into a buffer the op has not yet assigned. */
+gl_tensor *gl_grad_slot(gl_node *n, int i, int *fresh) {
+  *fresh = 0;
+  gl_tensor *x = n->in[i];
+  if (!x || !x->requires_grad) return NULL;
+  gl_tensor **slot;
+  if (x->node) {
+    if (x->node->released) return NULL;
+    slot = &x->node->gout[x->out_index];
+  } else {
+    slot = &x->grad;
+  }
+  if (*slot) return *slot;
+  for (int j = 0; j < n->nin; j++)
+    if (j != i && n->in[j] == x) return gl_grad_of(n, i);
+  if (gl_empty(slot, x->ndim, x->shape)) return NULL;
+  *fresh = 1;
+  return *slot;
+}
+
 int gl_requires_grad_(gl_tensor *t, int on) {
   if (t->node && !on)
     return gl_fail(GL_ESTATE, "requires_grad: only a leaf tensor can stop requiring grad "

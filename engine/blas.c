@@ -8,6 +8,17 @@
  * library.  This works the same in the `glimpse` executable and in a stock `lua5.4` that
  * loads the module with require.
  *
+ * Threads: gl_blas_set_threads(n) sets the most threads a product may use (OpenBLAS's own
+ * default, the number of cores, until then), and each product asks for them only when it is
+ * big enough (M*N*K >= GL_SGEMM_MT_MNK, about 0.7 ms of one core's work).  Smaller
+ * products, which are most of a recurrent or attention step (64 x 1024 x 320, say), run on
+ * one thread: OpenBLAS would split anything above 256K multiply-adds, and on a small shared
+ * machine the split costs more than it gains, since the second core is often busy and the
+ * calling thread then waits for its worker.  Measured on the 2-core development machine
+ * with other work running (load 2 to 5): products of 4M to 42M multiply-adds ran no faster
+ * on 2 threads than on 1 (165-195 GFLOP/s either way); ones of 84M and 134M ran twice as
+ * fast on 2 when the second core was free, and slower when it was not.
+ *
  * An OPENBLAS_CORETYPE already naming an AVX2-or-older core (environments often pin
  * "Haswell" as a safe default for CPUs OpenBLAS misdetects) is upgraded too, since on an
  * AVX-512 CPU it only costs speed.  GLIMPSE_BLAS_CORE=<core> is the explicit override: its
@@ -32,6 +43,11 @@ static int (*p_get_threads)(void);
 static char *(*p_corename)(void);
 static char *(*p_config)(void);
 static int loaded;          /* 0 not tried, 1 ok, -1 failed */
+static int max_threads = 1; /* what gl_blas_set_threads asked for (OpenBLAS's default at load) */
+static int cur_threads = 1; /* what OpenBLAS is set to now */
+
+/* products with at least this many multiply-adds may use every thread (see the top) */
+#define GL_SGEMM_MT_MNK ((double)(1 << 26))
 static char load_error[512];
 static char core_note[160];
 
@@ -71,6 +87,12 @@ int gl_blas_init(void) {
       snprintf(core_note, sizeof core_note, "SkylakeX chosen for this AVX-512 CPU");
     setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
   }
+  /* OpenBLAS's idle workers spin (sched_yield) for 2^28 cycles, about 0.1 s, after each
+   * threaded product before they sleep: on a small shared machine that burns the core other
+   * work needs.  Products only go threaded when they are large (threads_for), so a worker
+   * may as well sleep after ~0.3 ms (2^20 cycles) and be woken for the next one.  An
+   * explicit OPENBLAS_THREAD_TIMEOUT is left alone. */
+  if (!getenv("OPENBLAS_THREAD_TIMEOUT")) setenv("OPENBLAS_THREAD_TIMEOUT", "20", 1);
   static const char *names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
   void *h = NULL;
   for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
@@ -91,6 +113,8 @@ int gl_blas_init(void) {
     loaded = -1;
     return gl_fail(GL_EIO, "%s", load_error);
   }
+  max_threads = cur_threads = p_get_threads ? p_get_threads() : 1;
+  if (max_threads < 1) max_threads = cur_threads = 1;
   loaded = 1;
   return GL_OK;
 }
@@ -109,12 +133,21 @@ const char *gl_blas_config(void) {
 
 int gl_blas_threads(void) {
   if (gl_blas_init()) return 0;
-  return p_get_threads ? p_get_threads() : 1;
+  return max_threads;
 }
 
 void gl_blas_set_threads(int n) {
   if (gl_blas_init() || !p_set_threads) return;
-  p_set_threads(n < 1 ? 1 : n);
+  max_threads = n < 1 ? 1 : n;
+}
+
+/* point OpenBLAS at the thread count this product deserves (a store when nothing changes) */
+static void threads_for(int M, int N, int K) {
+  int want = max_threads > 1 && (double)M * N * K >= GL_SGEMM_MT_MNK ? max_threads : 1;
+  if (want != cur_threads && p_set_threads) {
+    p_set_threads(want);
+    cur_threads = want;
+  }
 }
 
 /* callers have run gl_blas_init() (the matmul ops do, and report its failure) */
@@ -122,10 +155,11 @@ void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
               const float *B, int ldb, float beta, float *C, int ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) { /* BLAS leaves C alone when K is 0 only if beta == 1 */
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] *= beta;
+    for (int i = 0; i < M; i++)   /* beta 0 assigns: C may hold garbage (NaN * 0 is NaN) */
+      for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0 ? 0 : C[(size_t)i * ldc + j] * beta;
     return;
   }
+  threads_for(M, N, K);
   p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B, ldb,
           beta, C, ldc);
 }

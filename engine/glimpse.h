@@ -157,6 +157,10 @@ void gl_save(gl_node *n, gl_tensor *t);
 /* The buffer to add input i's gradient into, allocated zeroed on first use;
  * NULL when input i does not need a gradient. */
 gl_tensor *gl_grad_of(gl_node *n, int i);
+/* The same buffer for a backward that can write its gradient outright: when it is new,
+ * *fresh = 1 and it is NOT zeroed (the caller must assign every element); otherwise
+ * *fresh = 0 and it holds earlier gradient (the caller adds).  Saves a zeroing pass. */
+gl_tensor *gl_grad_slot(gl_node *n, int i, int *fresh);
 /* Reverse-mode sweep from `root`; `seed` is d(loss)/d(root) (NULL means ones, root must be
  * a scalar then).  Frees the graph's saved state afterwards unless retain is set. */
 int gl_backward(gl_tensor *root, gl_tensor *seed, int retain);

@@ -27,6 +27,7 @@
  * and batch items with one batched sgemm forward and two backward.
  */
 #include "glimpse.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -77,6 +78,32 @@ static int check_tail(const char *op, const gl_tensor *values, const gl_tensor *
   return GL_OK;
 }
 
+/* out[0..n) = the softmax of scale * in[j] over the positions j < lim that mask (NULL: every
+ * one) leaves visible, 0 elsewhere; all zeros when nothing is visible.  in == out is fine.
+ * Straight passes over the row (max, exp, mask select, sum, scale), so each vectorises. */
+static void softmax_row(const float *in, float *out, int n, int lim, const float *mask,
+                        float scale) {
+  float mx = -INFINITY;
+  if (mask) {
+    for (int j = 0; j < lim; j++)
+      if (mask[j] != 0 && in[j] * scale > mx) mx = in[j] * scale;
+  } else {
+    for (int j = 0; j < lim; j++)
+      if (in[j] * scale > mx) mx = in[j] * scale;
+  }
+  if (mx == -INFINITY) {
+    memset(out, 0, sizeof(float) * (size_t)n);
+    return;
+  }
+  for (int j = 0; j < lim; j++) out[j] = vm_exp(in[j] * scale - mx);
+  if (mask)
+    for (int j = 0; j < lim; j++) out[j] = mask[j] != 0 ? out[j] : 0.0f;
+  for (int j = lim; j < n; j++) out[j] = 0.0f;
+  double sum = vm_sum_d(out, (size_t)lim);
+  float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+  for (int j = 0; j < lim; j++) out[j] *= inv;
+}
+
 /* e (B,L) -> p (and s, the sigmoids, when the normaliser is "sigmoid"), alpha, ctx */
 static void tail_forward(const tail_geom *g, const float *e, const float *mask,
                          const float *prior, const float *values, float *p, float *s,
@@ -85,28 +112,21 @@ static void tail_forward(const tail_geom *g, const float *e, const float *mask,
   for (int b = 0; b < g->B; b++) {
     const float *eb = e + (size_t)b * L, *mb = mask ? mask + (size_t)b * L : NULL;
     float *pb = p + (size_t)b * L;
-    double sum = 0;
     if (g->norm == GL_ATTN_SOFTMAX) {
-      float mx = -INFINITY;
-      for (int l = 0; l < L; l++)
-        if ((!mb || mb[l] != 0) && eb[l] * g->inv_t > mx) mx = eb[l] * g->inv_t;
-      for (int l = 0; l < L; l++) {
-        float x = (mb && mb[l] == 0) || mx == -INFINITY ? 0.0f : expf(eb[l] * g->inv_t - mx);
-        pb[l] = x;
-        sum += x;
-      }
+      softmax_row(eb, pb, L, L, mb, g->inv_t);
     } else {
       float *sb = s + (size_t)b * L;
+      double sum = 0;
       for (int l = 0; l < L; l++) {
-        float x = 1.0f / (1.0f + expf(-eb[l] * g->inv_t));
+        float x = vm_sigmoid(eb[l] * g->inv_t);
         sb[l] = x;
         if (mb && mb[l] == 0) x = 0.0f;
         pb[l] = x;
         sum += x;
       }
+      float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+      for (int l = 0; l < L; l++) pb[l] *= inv;
     }
-    float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-    for (int l = 0; l < L; l++) pb[l] *= inv;
     float *ab = alpha + (size_t)b * L;
     if (prior) {
       const float *rb = prior + (size_t)b * L;
@@ -144,9 +164,7 @@ static void tail_backward(const tail_geom *g, const float *values, const float *
     float *geb = ge + (size_t)b * L;
     for (int l = 0; l < L; l++) {
       const float *vl = values + ((size_t)b * L + l) * Dv;
-      float acc = 0;
-      for (int d = 0; d < Dv; d++) acc += gc[d] * vl[d];
-      geb[l] = galpha[(size_t)b * L + l] + acc;     /* ga for now */
+      geb[l] = galpha[(size_t)b * L + l] + vm_dot(gc, vl, (size_t)Dv);   /* ga for now */
       if (gvalues && ab[l] != 0) {
         float *gv = gvalues + ((size_t)b * L + l) * Dv;
         float a = ab[l];
@@ -256,31 +274,41 @@ static int tail_grad(gl_node *n, gl_tensor **gout, int vi, int pi, float **ge_ou
  * backward (from ge): gv_h += sum_bl ge_bl t_blh
  *                     d_blh = ge_bl v_h (1 - t_blh^2);  guk_blh += d_blh;  gwq_bh += sum_l d_blh */
 
+/* The additive score's backward from ge (B,L), shared by both additive ops; gwq, guk, gv may
+ * be NULL.  Each inner loop is a plain pass over H that vectorises. */
+static void additive_grad(const float *ge, const float *t, const float *v, int B, int L, int H,
+                          float *gwq, float *guk, float *gv) {
+  for (int b = 0; b < B; b++)
+    for (int l = 0; l < L; l++) {
+      float c = ge[(size_t)b * L + l];
+      if (c == 0) continue;
+      const float *restrict tl = t + ((size_t)b * L + l) * H;
+      if (gv) {
+        float *restrict g = gv;
+        for (int h = 0; h < H; h++) g[h] += c * tl[h];
+      }
+      if (guk) {
+        float *restrict g = guk + ((size_t)b * L + l) * H;
+        for (int h = 0; h < H; h++) g[h] += c * v[h] * (1.0f - tl[h] * tl[h]);
+      }
+      if (gwq) {
+        float *restrict g = gwq + (size_t)b * H;
+        for (int h = 0; h < H; h++) g[h] += c * v[h] * (1.0f - tl[h] * tl[h]);
+      }
+    }
+}
+
+static float *data_or_null(gl_tensor *t) { return t ? t->data : NULL; }
+
 static int additive_backward(gl_node *n, gl_tensor **gout) {
   float *ge;
   int st = tail_grad(n, gout, 3, 4, &ge);
   if (st) return st;
   int B = n->ints[SI_B], L = n->ints[SI_L];
   int H = n->in[2]->shape[0];
-  const float *t = saved_at(n, SI_EXTRA)->data, *v = n->in[2]->data;
-  gl_tensor *gwq = gl_grad_of(n, 0), *guk = gl_grad_of(n, 1), *gv = gl_grad_of(n, 2);
-  for (int b = 0; b < B; b++)
-    for (int l = 0; l < L; l++) {
-      float c = ge[(size_t)b * L + l];
-      if (c == 0) continue;
-      const float *tl = t + ((size_t)b * L + l) * H;
-      if (gv)
-        for (int h = 0; h < H; h++) gv->data[h] += c * tl[h];
-      if (gwq || guk) {
-        float *gw = gwq ? gwq->data + (size_t)b * H : NULL;
-        float *gu = guk ? guk->data + ((size_t)b * L + l) * H : NULL;
-        for (int h = 0; h < H; h++) {
-          float d = c * v[h] * (1.0f - tl[h] * tl[h]);
-          if (gu) gu[h] += d;
-          if (gw) gw[h] += d;
-        }
-      }
-    }
+  additive_grad(ge, saved_at(n, SI_EXTRA)->data, n->in[2]->data, B, L, H,
+                data_or_null(gl_grad_of(n, 0)), data_or_null(gl_grad_of(n, 1)),
+                data_or_null(gl_grad_of(n, 2)));
   gl_scratch_free(ge, scratch_n((size_t)B * L));
   return GL_OK;
 }
@@ -297,34 +325,6 @@ static int check_additive(const char *op, const gl_tensor *wq, const gl_tensor *
   return GL_OK;
 }
 
-/* A tanh that vectorises.  libm's tanhf is a scalar SSE routine: slow by itself, and far
- * slower right after OpenBLAS's AVX-512 kernels (the SSE/AVX transition penalty), which is
- * exactly where an attention step runs.  Here: an odd Taylor polynomial for |x| < 0.4 (error
- * below 3e-8) and 1 - 2 / (e^2|x| + 1) beyond, with e^y by range reduction y = n ln2 + r,
- * |r| <= ln2/2, and a degree-6 polynomial for e^r (relative error below 1e-7). */
-static inline float exp_pos(float y) {           /* 0 <= y <= 18 */
-  /* round to nearest by the 1.5 * 2^23 trick: floorf would block vectorisation */
-  float n = (y * 1.44269504f + 12582912.0f) - 12582912.0f;
-  float r = y - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-            r * (1.0f / 720))))));
-  int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
-static inline float fast_tanh(float x) {
-  float a = fabsf(x);
-  if (a > 9.0f) a = 9.0f;                         /* tanh(9) rounds to 1 in float */
-  float big = 1.0f - 2.0f / (exp_pos(2.0f * a) + 1.0f);
-  float a2 = a * a;
-  float small = a * (1.0f + a2 * (-1.0f / 3 + a2 * (2.0f / 15 + a2 * (-17.0f / 315 +
-                a2 * (62.0f / 2835 + a2 * (-1382.0f / 155925))))));
-  float t = a < 0.4f ? small : big;
-  return x < 0 ? -t : t;
-}
-
 /* e_bl = sum_h v_h tanh(wq_bh + uk_blh); t (B,L,H) receives the tanh values (or is a scratch
  * row of H floats when the caller keeps nothing: then `keep` is 0) */
 static void additive_scores(const float *wq, const float *uk, const float *v, int B, int L,
@@ -334,10 +334,8 @@ static void additive_scores(const float *wq, const float *uk, const float *v, in
     for (int l = 0; l < L; l++) {
       const float *u = uk + ((size_t)b * L + l) * H;
       float *tl = keep ? t + ((size_t)b * L + l) * H : t;
-      for (int h = 0; h < H; h++) tl[h] = fast_tanh(w[h] + u[h]);
-      float acc = 0;
-      for (int h = 0; h < H; h++) acc += v[h] * tl[h];
-      e[(size_t)b * L + l] = acc;
+      for (int h = 0; h < H; h++) tl[h] = vm_tanh(w[h] + u[h]);
+      e[(size_t)b * L + l] = vm_dot(v, tl, (size_t)H);
     }
   }
 }
@@ -373,23 +371,9 @@ int gl_attn_additive(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *wq, gl_tenso
  * backward: as above with ge = gout */
 
 static int additive_scores_backward(gl_node *n, gl_tensor **gout) {
-  int B = n->ints[0], L = n->ints[1], H = n->ints[2];
-  const float *t = n->saved[0]->data, *v = n->in[2]->data, *ge = gout[0]->data;
-  gl_tensor *gwq = gl_grad_of(n, 0), *guk = gl_grad_of(n, 1), *gv = gl_grad_of(n, 2);
-  for (int b = 0; b < B; b++)
-    for (int l = 0; l < L; l++) {
-      float c = ge[(size_t)b * L + l];
-      if (c == 0) continue;
-      const float *tl = t + ((size_t)b * L + l) * H;
-      float *gw = gwq ? gwq->data + (size_t)b * H : NULL;
-      float *gu = guk ? guk->data + ((size_t)b * L + l) * H : NULL;
-      for (int h = 0; h < H; h++) {
-        if (gv) gv->data[h] += c * tl[h];
-        float d = c * v[h] * (1.0f - tl[h] * tl[h]);
-        if (gu) gu[h] += d;
-        if (gw) gw[h] += d;
-      }
-    }
+  additive_grad(gout[0]->data, n->saved[0]->data, n->in[2]->data, n->ints[0], n->ints[1],
+                n->ints[2], data_or_null(gl_grad_of(n, 0)), data_or_null(gl_grad_of(n, 1)),
+                data_or_null(gl_grad_of(n, 2)));
   return GL_OK;
 }
 
@@ -473,9 +457,7 @@ int gl_attn_dot(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *q, gl_tensor *key
     const float *qb = q->data + (size_t)b * D;
     for (int l = 0; l < L; l++) {
       const float *kl = keys->data + ((size_t)b * L + l) * D;
-      float acc = 0;
-      for (int d = 0; d < D; d++) acc += qb[d] * kl[d];
-      e->data[(size_t)b * L + l] = scale * acc;
+      e->data[(size_t)b * L + l] = scale * vm_dot(qb, kl, (size_t)D);
     }
   }
   gl_tensor *in[4] = {q, keys, values, prior};
@@ -541,9 +523,8 @@ static int mh_probs_backward(gl_node *n, gl_tensor **gout) {
   for (size_t r = 0; r < (size_t)N * Tq; r++) {
     const float *pr = P + r * Tk, *gr = gP + r * Tk;
     float *sr = gS + r * Tk;
-    double dot = 0;
-    for (int j = 0; j < Tk; j++) dot += (double)gr[j] * pr[j];
-    for (int j = 0; j < Tk; j++) sr[j] = pr[j] * (gr[j] - (float)dot);
+    float dot = vm_dot(gr, pr, (size_t)Tk);
+    for (int j = 0; j < Tk; j++) sr[j] = pr[j] * (gr[j] - dot);
   }
   if (tot) {
     if (gq)
@@ -589,17 +570,7 @@ int gl_attn_mh_probs(gl_tensor **probs, gl_tensor *q, gl_tensor *k, const gl_ten
     for (int i = 0; i < Tq; i++) {
       float *row = P + ((size_t)nn * Tq + i) * Tk;
       int lim = causal && i + 1 < Tk ? i + 1 : Tk;   /* keys [0, lim) may be visible */
-      float mx = -INFINITY;
-      for (int j = 0; j < lim; j++)
-        if ((!mb || mb[j] != 0) && row[j] > mx) mx = row[j];
-      double sum = 0;
-      for (int j = 0; j < Tk; j++) {
-        float x = j >= lim || (mb && mb[j] == 0) || mx == -INFINITY ? 0.0f : expf(row[j] - mx);
-        row[j] = x;
-        sum += x;
-      }
-      float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-      for (int j = 0; j < Tk; j++) row[j] *= inv;
+      softmax_row(row, row, Tk, lim, mb, 1.0f);
     }
   }
 record:;

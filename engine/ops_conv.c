@@ -1,14 +1,19 @@
 /* ops_conv.c -- 2-D convolution and pooling over (B,C,H,W) images, the CNN feature
  * extractor's ops.
  *
- * conv2d lowers a chunk of images to columns (im2col) and does the whole chunk with one
- * sgemm; its backward recomputes the columns (cheaper than keeping B*C*kh*kw*Ho*Wo floats
- * alive) for the weight gradient and scatters the column gradient back with col2im.  A
- * direct seven-loop kernel (forward and backward) stays beside it as the oracle the tests
- * hold the fast one against.  Pooling keeps the argmax of each window (max) or spreads the
+ * conv2d lowers images to columns (im2col) and multiplies them by the weights with one
+ * sgemm per chunk: one image when its output is wide enough (the product then writes the
+ * output in place), else a few small images together; chunks are sized to stay in cache
+ * between im2col, the sgemm and col2im.  Its backward recomputes the columns (cheaper than
+ * keeping B*C*kh*kw*Ho*Wo floats alive) for the weight gradient and scatters the column
+ * gradient back with col2im.  3x3 stride-1 convolutions with enough channels take
+ * Winograd's F(2x2, 3x3) instead for the output and the input gradient (2.25 times fewer
+ * multiply-adds; see its section).  A direct seven-loop kernel (forward and backward)
+ * stays beside them as the oracle the tests hold both fast paths against.  Pooling keeps the argmax of each window (max) or spreads the
  * gradient evenly (average, padding counted in the divisor as PyTorch does by default).
  */
 #include "glimpse.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,8 +21,11 @@
 
 #define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
-/* floats of scratch one im2col chunk may use (col plus the transposed output): 16 MB */
-#define CONV_CHUNK_FLOATS ((size_t)1 << 22)
+/* floats of columns (or transposed output) one chunk of small images may use: 1 MB, about
+ * an L2 cache, so im2col's output is still there when sgemm reads it */
+#define CONV_CHUNK_FLOATS ((size_t)1 << 18)
+/* output pixels from which an image is a chunk of its own (see chunk_images) */
+#define CONV_WIDE_IMAGE 256
 
 /* The geometry every conv/pool op shares. */
 typedef struct {
@@ -120,10 +128,14 @@ static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) 
       }
 }
 
-/* images per chunk: the columns (K x nb*HoWo) and the transposed output (O x nb*HoWo) fit the
- * scratch budget, at least one image */
+/* Images per chunk.  An image with at least CONV_WIDE_IMAGE output pixels is a chunk of its
+ * own: its product W (O,K) @ col (K,HoWo) is wide enough for sgemm, it writes straight into
+ * the image's output (O,HoWo) with no transposition, and its columns stay in the L2 cache
+ * between im2col, the sgemm and col2im.  Smaller images are batched until the columns (or
+ * the transposed output) reach CONV_CHUNK_FLOATS. */
 static int chunk_images(const conv_geom *g) {
   size_t K = (size_t)g->C * g->kh * g->kw, hwo = (size_t)g->Ho * g->Wo;
+  if (hwo >= CONV_WIDE_IMAGE) return 1;
   size_t per = (K > (size_t)g->O ? K : (size_t)g->O) * hwo;
   size_t nb = per ? CONV_CHUNK_FLOATS / per : (size_t)g->B;
   if (nb < 1) nb = 1;
@@ -149,55 +161,284 @@ static int conv_check(const char *op, const gl_tensor *x, const gl_tensor *w,
 }
 
 /* ------------------------------------------------------------------------ */
+/* Winograd F(2x2, 3x3) (Lavin and Gray 2016, "Fast algorithms for convolutional neural
+ * networks"): a 3x3 stride-1 convolution computed per 2x2 output tile from the 4x4 input
+ * tile d under it as
+ *     Y = A^T [ (G g G^T) . (B^T d B) ] A,      B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
+ *     G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],   A^T = [1 1 1 0; 0 1 -1 -1].
+ * Summed over input channels, the elementwise product becomes 16 matrix products
+ *     M_k (Co, tiles) = U_k (Co, Ci) @ V_k (Ci, tiles),   k = 4p + q over the 4x4 grid,
+ * 16 Co Ci multiply-adds per 4 output pixels instead of 36 Co Ci: 2.25 times fewer, for two
+ * transforms made of adds and a little more float rounding (about 1e-6 relative; the tests
+ * hold it against the direct loops).  conv2d's forward uses it, and so does its input
+ * gradient: the adjoint of a stride-1 convolution is the convolution of dy with the kernel
+ * turned 180 degrees, channels swapped, padding 2 - p.  The weight gradient keeps im2col. */
+
+#define WINO_MIN_CHANNELS 16                    /* thinner products do not pay */
+#define WINO_CHUNK_FLOATS ((size_t)1 << 19)     /* V and M of a chunk of images: 2 MB */
+#define WINO_MAX_IMAGE_FLOATS ((size_t)1 << 23) /* bigger images stay with im2col */
+
+/* a Ci -> Co channel convolution to an Ho x Wo output with padding ph, pw */
+static int wino_fits(int ci, int co, int Ho, int Wo, int ph, int pw) {
+  size_t tiles = (size_t)((Ho + 1) / 2) * (size_t)((Wo + 1) / 2);
+  return ci >= WINO_MIN_CHANNELS && co >= WINO_MIN_CHANNELS && ph <= 2 && pw <= 2 && Ho > 0 &&
+         Wo > 0 && 16 * (size_t)(ci + co) * tiles <= WINO_MAX_IMAGE_FLOATS;
+}
+
+static int is_3x3_s1(const conv_geom *g) {
+  return g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1;
+}
+
+static int use_winograd(const conv_geom *g) {        /* x (C) -> y (O) */
+  return is_3x3_s1(g) && wino_fits(g->C, g->O, g->Ho, g->Wo, g->ph, g->pw);
+}
+
+static int use_winograd_dx(const conv_geom *g) {     /* dy (O) -> dx (C), padding 2 - p */
+  return is_3x3_s1(g) && g->ph <= 2 && g->pw <= 2 &&
+         wino_fits(g->O, g->C, g->H, g->W, 2 - g->ph, 2 - g->pw);
+}
+
+/* U (16, Co, Ci), U_k[o][c] = (G g G^T)_k for the kernel g = w[o][c] (Co = O, Ci = C), or for
+ * the adjoint g = w[c][o] turned 180 degrees (Co = C, Ci = O).  w is (O, C, 3, 3). */
+static void wino_weights(const float *w, int O, int C, int adjoint, float *U) {
+  int ci = adjoint ? O : C;
+  size_t plane = (size_t)O * C;
+  for (int o = 0; o < O; o++)
+    for (int c = 0; c < C; c++) {
+      const float *k = w + ((size_t)o * C + c) * 9;
+      float g[3][3], t[4][3];
+      for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) g[i][j] = adjoint ? k[(2 - i) * 3 + 2 - j] : k[i * 3 + j];
+      for (int j = 0; j < 3; j++) {   /* G g */
+        t[0][j] = g[0][j];
+        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
+        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
+        t[3][j] = g[2][j];
+      }
+      size_t at = adjoint ? (size_t)c * ci + o : (size_t)o * ci + c;
+      for (int p = 0; p < 4; p++) {   /* (G g) G^T */
+        U[(size_t)(4 * p + 0) * plane + at] = t[p][0];
+        U[(size_t)(4 * p + 1) * plane + at] = 0.5f * (t[p][0] + t[p][1] + t[p][2]);
+        U[(size_t)(4 * p + 2) * plane + at] = 0.5f * (t[p][0] - t[p][1] + t[p][2]);
+        U[(size_t)(4 * p + 3) * plane + at] = t[p][2];
+      }
+    }
+}
+
+/* The transforms' passes, each a loop along a row with restrict pointers so it vectorises:
+ * B^T d over four input rows (all columns at once), then d' B over each result row, tile by
+ * tile (tile tx reads columns 2tx .. 2tx+3). */
+static void wino_bt(int n, const float *restrict r0, const float *restrict r1,
+                    const float *restrict r2, const float *restrict r3, float *restrict a0,
+                    float *restrict a1, float *restrict a2, float *restrict a3) {
+  for (int j = 0; j < n; j++) {
+    a0[j] = r0[j] - r2[j];
+    a1[j] = r1[j] + r2[j];
+    a2[j] = r2[j] - r1[j];
+    a3[j] = r1[j] - r3[j];
+  }
+}
+
+static void wino_b(int tiles, const float *restrict r, float *restrict v0, float *restrict v1,
+                   float *restrict v2, float *restrict v3) {
+  for (int tx = 0; tx < tiles; tx++) {
+    v0[tx] = r[2 * tx] - r[2 * tx + 2];
+    v1[tx] = r[2 * tx + 1] + r[2 * tx + 2];
+    v2[tx] = r[2 * tx + 2] - r[2 * tx + 1];
+    v3[tx] = r[2 * tx + 1] - r[2 * tx + 3];
+  }
+}
+
+/* A^T m over four rows of tiles, then (A^T m) A into two output rows (2 per tile) */
+static void wino_at(int tiles, const float *restrict m0, const float *restrict m1,
+                    const float *restrict m2, const float *restrict m3, float *restrict t0,
+                    float *restrict t1) {
+  for (int tx = 0; tx < tiles; tx++) {
+    t0[tx] = m0[tx] + m1[tx] + m2[tx];
+    t1[tx] = m1[tx] - m2[tx] - m3[tx];
+  }
+}
+
+static void wino_a(int tiles, const float *restrict s0, const float *restrict s1,
+                   const float *restrict s2, const float *restrict s3, float *restrict o) {
+  for (int tx = 0; tx < tiles; tx++) {
+    o[2 * tx] = s0[tx] + s1[tx] + s2[tx];
+    o[2 * tx + 1] = s1[tx] - s2[tx] - s3[tx];
+  }
+}
+
+/* One channel plane xc (H,W) -> its tiles' B^T d B: v[k * kstride + tile], tiles row-major
+ * (tH x tW).  P: the padded plane (2 tH + 2) x (2 tW + 2), zero outside the image part, which
+ * is overwritten here; S: scratch of 4 (2 tW + 2) floats.  Every loop runs along a row (over
+ * columns or tiles) so it vectorises. */
+static void wino_input(const float *xc, int H, int W, int ph, int pw, int tH, int tW,
+                       float *P, float *S, float *v, size_t kstride) {
+  int Hp = 2 * tH + 2, Wp = 2 * tW + 2;
+  int ia = ph, ib = H + ph < Hp ? H + ph : Hp, ja = pw, jb = W + pw < Wp ? W + pw : Wp;
+  for (int i = ia; i < ib && jb > ja; i++)
+    memcpy(P + (size_t)i * Wp + ja, xc + (size_t)(i - ph) * W, sizeof(float) * (size_t)(jb - ja));
+  for (int ty = 0; ty < tH; ty++) {
+    const float *r0 = P + (size_t)(2 * ty) * Wp;
+    wino_bt(Wp, r0, r0 + Wp, r0 + 2 * Wp, r0 + 3 * Wp, S, S + Wp, S + 2 * Wp, S + 3 * Wp);
+    for (int p = 0; p < 4; p++) {
+      float *v0 = v + (size_t)(4 * p) * kstride + (size_t)ty * tW;
+      wino_b(tW, S + (size_t)p * Wp, v0, v0 + kstride, v0 + 2 * kstride, v0 + 3 * kstride);
+    }
+  }
+}
+
+/* One output channel: m[k * kstride + tile] -> A^T m A into yo (Ho,Wo): yo = bo + result,
+ * or yo += result when add.  S: scratch of 12 tW floats. */
+static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int tH, int tW,
+                        float bo, int add, float *S, float *yo) {
+  float *o0 = S, *o1 = S + 2 * tW, *s0 = S + 4 * (size_t)tW, *s1 = S + 8 * (size_t)tW;
+  for (int ty = 0; ty < tH; ty++) {
+    const float *mt = m + (size_t)ty * tW;
+    for (int q = 0; q < 4; q++) {    /* A^T m: s0[q], s1[q] are rows of tW */
+      const float *m0 = mt + (size_t)q * kstride;
+      wino_at(tW, m0, m0 + 4 * kstride, m0 + 8 * kstride, m0 + 12 * kstride,
+              s0 + (size_t)q * tW, s1 + (size_t)q * tW);
+    }
+    wino_a(tW, s0, s0 + tW, s0 + 2 * (size_t)tW, s0 + 3 * (size_t)tW, o0);   /* (A^T m) A */
+    wino_a(tW, s1, s1 + tW, s1 + 2 * (size_t)tW, s1 + 3 * (size_t)tW, o1);
+    for (int i = 0; i < 2 && 2 * ty + i < Ho; i++) {
+      const float *restrict src = i ? o1 : o0;
+      float *restrict dst = yo + (size_t)(2 * ty + i) * Wo;
+      if (add)
+        for (int x = 0; x < Wo; x++) dst[x] += src[x];
+      else
+        for (int x = 0; x < Wo; x++) dst[x] = bo + src[x];
+    }
+  }
+}
+
+/* y (B, Co, Ho, Wo) = [bias +] the 3x3 stride-1 correlation of x (B, Ci, H, W), padded by
+ * ph, pw, with the transformed kernels U (16, Co, Ci); Ho = H + 2 ph - 2.  add: y += the
+ * correlation instead (no bias).  Writes nothing to y when it fails (out of memory). */
+static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw,
+                         const float *U, int Co, const float *bias, int add, float *y) {
+  int Ho = H + 2 * ph - 2, Wo = W + 2 * pw - 2;
+  int tH = (Ho + 1) / 2, tW = (Wo + 1) / 2;
+  size_t T = (size_t)tH * tW, per = 16 * (size_t)(Ci + Co) * T;
+  size_t nbmax = WINO_CHUNK_FLOATS / per;
+  if (nbmax < 1) nbmax = 1;
+  if (nbmax > (size_t)B) nbmax = (size_t)B;
+  size_t nV = 16 * (size_t)Ci * T * nbmax, nM = 16 * (size_t)Co * T * nbmax;
+  size_t nP = (size_t)(2 * tH + 2) * (2 * tW + 2), nR = 12 * (size_t)tW + 8;
+  float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR);
+  float *P = gl_scratch_alloc(nP);
+  if (!V || !M || !R || !P) {
+    gl_scratch_free(V, nV);
+    gl_scratch_free(M, nM);
+    gl_scratch_free(R, nR);
+    gl_scratch_free(P, nP);
+    return gl_fail(GL_ENOMEM, "conv2d: out of memory for the Winograd buffers");
+  }
+  memset(P, 0, sizeof(float) * nP);   /* the padding; wino_input rewrites only the image part */
+  size_t xim = (size_t)Ci * H * W, yim = (size_t)Co * Ho * Wo;
+  for (size_t b0 = 0; b0 < (size_t)B; b0 += nbmax) {
+    size_t nb = (size_t)B - b0 < nbmax ? (size_t)B - b0 : nbmax, N = nb * T;
+    for (size_t bi = 0; bi < nb; bi++)
+      for (int c = 0; c < Ci; c++)
+        wino_input(x + (b0 + bi) * xim + (size_t)c * H * W, H, W, ph, pw, tH, tW, P, R,
+                   V + (size_t)c * N + bi * T, (size_t)Ci * N);
+    for (int k = 0; k < 16; k++)
+      gl_sgemm(0, 0, Co, (int)N, Ci, 1.0f, U + (size_t)k * Co * Ci, Ci, V + (size_t)k * Ci * N,
+               (int)N, 0.0f, M + (size_t)k * Co * N, (int)N);
+    for (size_t bi = 0; bi < nb; bi++)
+      for (int o = 0; o < Co; o++)
+        wino_output(M + (size_t)o * N + bi * T, (size_t)Co * N, Ho, Wo, tH, tW,
+                    bias ? bias[o] : 0.0f, add, R,
+                    y + (b0 + bi) * yim + (size_t)o * Ho * Wo);
+  }
+  gl_scratch_free(V, nV);
+  gl_scratch_free(M, nM);
+  gl_scratch_free(R, nR);
+  gl_scratch_free(P, nP);
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
 /* conv2d: x (B,C,H,W), w (O,C,kh,kw), bias (O) or NULL -> y (B,O,Ho,Wo)
  *   y[b,o] = bias[o] + sum_{c,i,j} w[o,c,i,j] x[b, c, oy*sh-ph+i, ox*sw-pw+j]
- * per chunk of nb images: Y (O, nb*HoWo) = W (O,K) @ col (K, nb*HoWo)
+ * per chunk of nb images: Y (O, nb*HoWo) = W (O,K) @ col (K, nb*HoWo) (nb = 1: Y is y[b])
  * backward of Y = W col:  dW += dY col^T,  dcol = W^T dY -> col2im into dx,
  *                          dbias[o] += sum over b, oy, ox of dy[b,o] */
 
+/* whether input i will get a gradient (gl_grad_of's test, without making the buffer) */
+static int wants_grad(const gl_node *n, int i) {
+  const gl_tensor *x = n->in[i];
+  return x && x->requires_grad && !(x->node && x->node->released);
+}
+
 static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
-  gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1), *gb = gl_grad_of(n, 2);
   conv_geom g = geom_from_node(n, x, w->shape[0]);
   size_t K = (size_t)g.C * g.kh * g.kw, hwo = (size_t)g.Ho * g.Wo;
   const float *dy = gout[0]->data;
+  int fb, fw, fx;
+  gl_tensor *gb = gl_grad_slot(n, 2, &fb);
   if (gb)
-    for (int b = 0; b < g.B; b++)
-      for (int o = 0; o < g.O; o++) {
-        const float *p = dy + ((size_t)b * g.O + o) * hwo;
-        double s = 0;
-        for (size_t k = 0; k < hwo; k++) s += p[k];
-        gb->data[o] += (float)s;
-      }
-  if (!gx && !gw) return GL_OK;
+    for (int o = 0; o < g.O; o++) {
+      double s = 0;
+      for (int b = 0; b < g.B; b++) s += vm_sum_d(dy + ((size_t)b * g.O + o) * hwo, hwo);
+      if (fb) gb->data[o] = (float)s;
+      else gb->data[o] += (float)s;
+    }
+  int want_x = wants_grad(n, 0), want_w = wants_grad(n, 1);
+  if (!want_x && !want_w) return GL_OK;
+  int wino = want_x && use_winograd_dx(&g);   /* dx by Winograd, the rest by columns */
+  int cols = want_w || (want_x && !wino);
   int nbmax = chunk_images(&g);
-  float *col = gl_scratch_alloc(K * (size_t)nbmax * hwo);
-  float *dyt = gl_scratch_alloc((size_t)g.O * nbmax * hwo);
-  if (!col || !dyt) {
-    gl_scratch_free(col, K * (size_t)nbmax * hwo);
-    gl_scratch_free(dyt, (size_t)g.O * nbmax * hwo);
+  size_t ncol_max = (size_t)nbmax * hwo, nU = wino ? 16 * (size_t)g.O * g.C : 0;
+  float *col = cols ? gl_scratch_alloc(K * ncol_max) : NULL;
+  float *dyt = cols && nbmax > 1 ? gl_scratch_alloc((size_t)g.O * ncol_max) : NULL;
+  float *U = wino ? gl_scratch_alloc(nU) : NULL;
+  if ((cols && !col) || (cols && nbmax > 1 && !dyt) || (wino && !U)) {
+    gl_scratch_free(col, K * ncol_max);
+    gl_scratch_free(dyt, (size_t)g.O * ncol_max);
+    gl_scratch_free(U, nU);
     return gl_fail(GL_ENOMEM, "conv2d backward: out of memory for the column buffer");
   }
+  /* the gradient buffers are fetched only now that allocation is done: a fresh one must be
+   * assigned in full, even when the Winograd buffers below fail */
+  gl_tensor *gw = gl_grad_slot(n, 1, &fw), *gx = gl_grad_slot(n, 0, &fx);
   size_t xim = (size_t)g.C * g.H * g.W;
-  for (int b0 = 0; b0 < g.B; b0 += nbmax) {
+  if (gw && fw) memset(gw->data, 0, gw->numel * sizeof(float));
+  int st = GL_OK;
+  if (gx && wino) {   /* dx = dy (*) w turned 180 degrees, channels swapped, padding 2 - p */
+    wino_weights(w->data, g.O, g.C, 1, U);
+    st = winograd_conv(dy, g.B, g.O, g.Ho, g.Wo, 2 - g.ph, 2 - g.pw, U, g.C, NULL, !fx,
+                       gx->data);
+    if (st && fx) memset(gx->data, 0, gx->numel * sizeof(float));
+    gx = NULL;
+  }
+  for (int b0 = 0; !st && (gw || gx) && b0 < g.B; b0 += nbmax) {
     int nb = g.B - b0 < nbmax ? g.B - b0 : nbmax;
     int ncol = nb * (int)hwo;
-    for (int bi = 0; bi < nb; bi++)            /* dY (O, nb*HoWo) from dy (nb, O, HoWo) */
-      for (int o = 0; o < g.O; o++)
-        memcpy(dyt + (size_t)o * ncol + bi * hwo, dy + ((size_t)(b0 + bi) * g.O + o) * hwo,
-               sizeof(float) * hwo);
+    const float *dY = dy + (size_t)b0 * g.O * hwo;   /* one image: (O, HoWo) as it is */
+    if (nb > 1) {                                     /* dY (O, nb*HoWo) from dy (nb, O, HoWo) */
+      for (int bi = 0; bi < nb; bi++)
+        for (int o = 0; o < g.O; o++)
+          memcpy(dyt + (size_t)o * ncol + bi * hwo, dy + ((size_t)(b0 + bi) * g.O + o) * hwo,
+                 sizeof(float) * hwo);
+      dY = dyt;
+    }
     if (gw) {
       im2col(x->data + b0 * xim, nb, &g, col);
-      gl_sgemm(0, 1, g.O, (int)K, ncol, 1.0f, dyt, ncol, col, ncol, 1.0f, gw->data, (int)K);
+      gl_sgemm(0, 1, g.O, (int)K, ncol, 1.0f, dY, ncol, col, ncol, 1.0f, gw->data, (int)K);
     }
     if (gx) {
-      gl_sgemm(1, 0, (int)K, ncol, g.O, 1.0f, w->data, (int)K, dyt, ncol, 0.0f, col, ncol);
-      col2im_add(col, nb, &g, gx->data + b0 * xim);
+      float *dx = gx->data + b0 * xim;
+      if (fx) memset(dx, 0, sizeof(float) * xim * (size_t)nb);   /* in cache, just before use */
+      gl_sgemm(1, 0, (int)K, ncol, g.O, 1.0f, w->data, (int)K, dY, ncol, 0.0f, col, ncol);
+      col2im_add(col, nb, &g, dx);
     }
   }
-  gl_scratch_free(col, K * (size_t)nbmax * hwo);
-  gl_scratch_free(dyt, (size_t)g.O * nbmax * hwo);
-  return GL_OK;
+  gl_scratch_free(col, K * ncol_max);
+  gl_scratch_free(dyt, (size_t)g.O * ncol_max);
+  gl_scratch_free(U, nU);
+  return st;
 }
 
 static const gl_op op_conv2d = {"conv2d", conv2d_backward};
@@ -211,11 +452,26 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
   if ((st = gl_empty(out, 4, (int[]){g.B, g.O, g.Ho, g.Wo}))) return st;
   size_t K = (size_t)g.C * g.kh * g.kw, hwo = (size_t)g.Ho * g.Wo;
   float *y = (*out)->data;
-  if ((*out)->numel > 0) {
+  if ((*out)->numel > 0 && use_winograd(&g)) {
+    size_t nU = 16 * (size_t)g.O * g.C;
+    float *U = gl_scratch_alloc(nU);
+    st = U ? GL_OK : gl_fail(GL_ENOMEM, "conv2d: out of memory for the Winograd weights");
+    if (U) {
+      wino_weights(w->data, g.O, g.C, 0, U);
+      st = winograd_conv(x->data, g.B, g.C, g.H, g.W, g.ph, g.pw, U, g.O,
+                         bias ? bias->data : NULL, 0, y);
+      gl_scratch_free(U, nU);
+    }
+    if (st) {
+      gl_release(*out);
+      *out = NULL;
+      return st;
+    }
+  } else if ((*out)->numel > 0) {
     int nbmax = chunk_images(&g);
     float *col = gl_scratch_alloc(K * (size_t)nbmax * hwo);
-    float *yt = gl_scratch_alloc((size_t)g.O * nbmax * hwo);
-    if (!col || !yt) {
+    float *yt = nbmax > 1 ? gl_scratch_alloc((size_t)g.O * nbmax * hwo) : NULL;
+    if (!col || (nbmax > 1 && !yt)) {
       gl_scratch_free(col, K * (size_t)nbmax * hwo);
       gl_scratch_free(yt, (size_t)g.O * nbmax * hwo);
       gl_release(*out);
@@ -227,8 +483,16 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
       int nb = g.B - b0 < nbmax ? g.B - b0 : nbmax;
       int ncol = nb * (int)hwo;
       im2col(x->data + b0 * xim, nb, &g, col);
-      if (K == 0) memset(yt, 0, sizeof(float) * (size_t)g.O * ncol);
-      else gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, col, ncol, 0.0f, yt, ncol);
+      if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
+        float *yb = y + (size_t)b0 * g.O * hwo;
+        for (int o = 0; o < g.O; o++) {
+          float bo = bias ? bias->data[o] : 0.0f;
+          for (size_t k = 0; k < hwo; k++) yb[(size_t)o * hwo + k] = bo;
+        }
+        gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, col, ncol, 1.0f, yb, ncol);
+        continue;
+      }
+      gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, col, ncol, 0.0f, yt, ncol);
       for (int bi = 0; bi < nb; bi++)         /* (O, nb, HoWo) -> (nb, O, HoWo), + bias */
         for (int o = 0; o < g.O; o++) {
           float *d = y + ((size_t)(b0 + bi) * g.O + o) * hwo;
@@ -364,6 +628,22 @@ static int max2x2_row(const float *r0, const float *r1, int W, int Wo, int base,
   return nan;
 }
 
+/* The 2x2 window's backward written outright (fresh gradient rows d0, d1 of the window's
+ * two input rows): dy to the position arg names, 0 to the other three; an odd last column
+ * gets 0.  base: r0's in-plane offset, as in max2x2_row. */
+static void max2x2_row_backward(const float *restrict arg, const float *restrict dy, int W,
+                                int Wo, int base, float *restrict d0, float *restrict d1) {
+  float fw = (float)W, fbase = (float)base;
+  for (int ox = 0; ox < Wo; ox++) {
+    float rel = arg[ox] - fbase - (float)(2 * ox), g = dy[ox];   /* 0, 1, W or W + 1 */
+    d0[2 * ox] = rel == 0.0f ? g : 0.0f;
+    d0[2 * ox + 1] = rel == 1.0f ? g : 0.0f;
+    d1[2 * ox] = rel == fw ? g : 0.0f;
+    d1[2 * ox + 1] = rel == fw + 1.0f ? g : 0.0f;
+  }
+  if (W % 2) d0[W - 1] = d1[W - 1] = 0.0f;
+}
+
 static void avg2x2_row(const float *r0, const float *r1, int Wo, float *y) {
   for (int ox = 0; ox < Wo; ox++)
     y[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) * 0.25f;
@@ -375,16 +655,28 @@ static void avg2x2_row(const float *r0, const float *r1, int Wo, float *y) {
  * backward of y[p] = x[argmax(p)]:  dx[argmax(p)] += dy[p] */
 
 static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *gx = gl_grad_of(n, 0);
+  int fresh;
+  gl_tensor *gx = gl_grad_slot(n, 0, &fresh);
   if (!gx) return GL_OK;
   const float *arg = n->saved[0]->data;
   const gl_tensor *x = n->in[0];
   size_t planes = (size_t)x->shape[0] * x->shape[1], plane = (size_t)x->shape[2] * x->shape[3];
   size_t hwo = gout[0]->numel / (planes ? planes : 1);
   const float *dy = gout[0]->data;
-  for (size_t p = 0; p < planes; p++)
-    for (size_t k = 0; k < hwo; k++)
-      gx->data[p * plane + (size_t)arg[p * hwo + k]] += dy[p * hwo + k];
+  conv_geom g = geom_from_node(n, x, x->shape[1]);
+  for (size_t p = 0; p < planes; p++) {
+    float *dx = gx->data + p * plane;
+    if (fresh && is_2x2(&g)) {   /* every input pixel written once: no zeroing pass */
+      const float *ap = arg + p * hwo, *dp = dy + p * hwo;
+      for (int oy = 0; oy < g.Ho; oy++)
+        max2x2_row_backward(ap + (size_t)oy * g.Wo, dp + (size_t)oy * g.Wo, g.W, g.Wo,
+                            2 * oy * g.W, dx + (size_t)2 * oy * g.W, dx + (size_t)(2 * oy + 1) * g.W);
+      if (g.H % 2) memset(dx + (size_t)(g.H - 1) * g.W, 0, sizeof(float) * (size_t)g.W);
+      continue;
+    }
+    if (fresh) memset(dx, 0, sizeof(float) * plane);   /* plane by plane: still in cache */
+    for (size_t k = 0; k < hwo; k++) dx[(size_t)arg[p * hwo + k]] += dy[p * hwo + k];
+  }
   return GL_OK;
 }
 
@@ -452,6 +744,7 @@ int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
     }
   }
   gl_node *n = gl_record(&op_max_pool2d, 1, &x, 1, out);
+  if (n) geom_to_node(n, &g);
   gl_save(n, idx);
   gl_release(idx);
   return GL_OK;

@@ -7,6 +7,7 @@
  * and sums it back down to each input's shape (gl_sum_to_add).
  */
 #include "glimpse.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -361,7 +362,9 @@ int gl_rdiv_scalar(gl_tensor **o, gl_tensor *a, float s) { return scalar_op(S_RD
 
 /* ------------------------------------------------------------------------ */
 /* unary maths: y = f(x)
- * backward: gx += gy * f'(x), written with y where that is cheaper (exp, tanh, sigmoid) */
+ * backward: gx += gy * f'(x), written with y where that is cheaper (exp, tanh, sigmoid)
+ * exp, tanh and sigmoid use vmath.h's vectorising versions (libm's are scalar calls, ten
+ * times slower); the test suite holds them against libm. */
 
 static const char *unary_names[GL_UNARY_COUNT] = {
     "neg", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sin", "cos",
@@ -371,40 +374,57 @@ const char *gl_unary_name(gl_unary_kind k) {
   return (unsigned)k < GL_UNARY_COUNT ? unary_names[k] : "unary";
 }
 
-static inline float sigmoidf(float x) {
-  return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
-}
-
 static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 
-static int unary_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *g = gl_grad_of(n, 0);
-  if (!g) return GL_OK;
-  const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
-  float *gx = g->data;
-  size_t N = g->numel;
-  switch (n->ints[0]) {
-    case GL_NEG: for (size_t i = 0; i < N; i++) gx[i] -= d[i]; break;
-    case GL_EXP: for (size_t i = 0; i < N; i++) gx[i] += d[i] * y[i]; break;
-    case GL_LOG: for (size_t i = 0; i < N; i++) gx[i] += d[i] / x[i]; break;
-    case GL_TANH: for (size_t i = 0; i < N; i++) gx[i] += d[i] * (1 - y[i] * y[i]); break;
-    case GL_SIGMOID: for (size_t i = 0; i < N; i++) gx[i] += d[i] * y[i] * (1 - y[i]); break;
-    case GL_RELU: for (size_t i = 0; i < N; i++) gx[i] += x[i] > 0 ? d[i] : 0; break;
-    case GL_SQRT: for (size_t i = 0; i < N; i++) gx[i] += d[i] * 0.5f / y[i]; break;
-    case GL_ABS: for (size_t i = 0; i < N; i++) gx[i] += x[i] > 0 ? d[i] : (x[i] < 0 ? -d[i] : 0); break;
-    case GL_SIN: for (size_t i = 0; i < N; i++) gx[i] += d[i] * cosf(x[i]); break;
-    case GL_COS: for (size_t i = 0; i < N; i++) gx[i] -= d[i] * sinf(x[i]); break;
-    case GL_SOFTPLUS: for (size_t i = 0; i < N; i++) gx[i] += d[i] * sigmoidf(x[i]); break;
-    case GL_LOG1P: for (size_t i = 0; i < N; i++) gx[i] += d[i] / (1 + x[i]); break;
-    case GL_RSQRT: for (size_t i = 0; i < N; i++) gx[i] += d[i] * -0.5f * y[i] * y[i] * y[i]; break;
+/* gx[0..N) = gy * f'(x) (assigned, not added) */
+static void unary_grad(int kind, const float *x, const float *y, const float *d, float *gx,
+                       size_t N) {
+  switch (kind) {
+    case GL_NEG: for (size_t i = 0; i < N; i++) gx[i] = -d[i]; break;
+    case GL_EXP: for (size_t i = 0; i < N; i++) gx[i] = d[i] * y[i]; break;
+    case GL_LOG: for (size_t i = 0; i < N; i++) gx[i] = d[i] / x[i]; break;
+    case GL_TANH: for (size_t i = 0; i < N; i++) gx[i] = d[i] * (1 - y[i] * y[i]); break;
+    case GL_SIGMOID: for (size_t i = 0; i < N; i++) gx[i] = d[i] * y[i] * (1 - y[i]); break;
+    case GL_RELU: for (size_t i = 0; i < N; i++) gx[i] = x[i] > 0 ? d[i] : 0; break;
+    case GL_SQRT: for (size_t i = 0; i < N; i++) gx[i] = d[i] * 0.5f / y[i]; break;
+    case GL_ABS: for (size_t i = 0; i < N; i++) gx[i] = x[i] > 0 ? d[i] : (x[i] < 0 ? -d[i] : 0); break;
+    case GL_SIN: for (size_t i = 0; i < N; i++) gx[i] = d[i] * cosf(x[i]); break;
+    case GL_COS: for (size_t i = 0; i < N; i++) gx[i] = -d[i] * sinf(x[i]); break;
+    case GL_SOFTPLUS: for (size_t i = 0; i < N; i++) gx[i] = d[i] * vm_sigmoid(x[i]); break;
+    case GL_LOG1P: for (size_t i = 0; i < N; i++) gx[i] = d[i] / (1 + x[i]); break;
+    case GL_RSQRT: for (size_t i = 0; i < N; i++) gx[i] = d[i] * -0.5f * y[i] * y[i] * y[i]; break;
     case GL_GELU:
       for (size_t i = 0; i < N; i++) {
         float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678f));
         float pdf = 0.39894228f * expf(-0.5f * x[i] * x[i]);
-        gx[i] += d[i] * (cdf + x[i] * pdf);
+        gx[i] = d[i] * (cdf + x[i] * pdf);
       }
       break;
-    default: break; /* sign, floor, round: zero gradient */
+    default: memset(gx, 0, N * sizeof(float)); break; /* sign, floor, round: zero gradient */
+  }
+}
+
+/* A fresh gradient buffer (the common case: most tensors have one consumer) is written
+ * outright, with no zeroing pass; an existing one gets the gradient added a block at a time
+ * from a stack buffer that stays in L1. */
+#define UNARY_BLOCK 2048
+
+static int unary_backward(gl_node *n, gl_tensor **gout) {
+  int fresh;
+  gl_tensor *g = gl_grad_slot(n, 0, &fresh);
+  if (!g) return GL_OK;
+  const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
+  size_t N = g->numel;
+  if (fresh) {
+    unary_grad(n->ints[0], x, y, d, g->data, N);
+    return GL_OK;
+  }
+  float tmp[UNARY_BLOCK];
+  for (size_t i0 = 0; i0 < N; i0 += UNARY_BLOCK) {
+    size_t m = N - i0 < UNARY_BLOCK ? N - i0 : UNARY_BLOCK;
+    unary_grad(n->ints[0], x + i0, y + i0, d + i0, tmp, m);
+    float *restrict gx = g->data + i0;
+    for (size_t i = 0; i < m; i++) gx[i] += tmp[i];
   }
   return GL_OK;
 }
@@ -420,10 +440,10 @@ int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k) {
   size_t N = a->numel;
   switch (k) {
     case GL_NEG: for (size_t i = 0; i < N; i++) y[i] = -x[i]; break;
-    case GL_EXP: for (size_t i = 0; i < N; i++) y[i] = expf(x[i]); break;
+    case GL_EXP: for (size_t i = 0; i < N; i++) y[i] = vm_exp(x[i]); break;
     case GL_LOG: for (size_t i = 0; i < N; i++) y[i] = logf(x[i]); break;
-    case GL_TANH: for (size_t i = 0; i < N; i++) y[i] = tanhf(x[i]); break;
-    case GL_SIGMOID: for (size_t i = 0; i < N; i++) y[i] = sigmoidf(x[i]); break;
+    case GL_TANH: for (size_t i = 0; i < N; i++) y[i] = vm_tanh(x[i]); break;
+    case GL_SIGMOID: for (size_t i = 0; i < N; i++) y[i] = vm_sigmoid(x[i]); break;
     case GL_RELU: for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
     case GL_SQRT: for (size_t i = 0; i < N; i++) y[i] = sqrtf(x[i]); break;
     case GL_ABS: for (size_t i = 0; i < N; i++) y[i] = fabsf(x[i]); break;

@@ -89,22 +89,30 @@ static void mm_run(const mm_geom *g, const float *A, const float *B, float *C, f
 static int matmul_backward(gl_node *n, gl_tensor **gout) {
   mm_geom g = {n->ints[0], n->ints[1], n->ints[2], n->ints[3], n->ints[4], n->ints[5], n->ints[6]};
   const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = gout[0]->data;
-  gl_tensor *gA = gl_grad_of(n, 0), *gB = gl_grad_of(n, 1);
+  /* a fresh gradient buffer is assigned (beta 0) where nothing was added before: each dA
+   * block once, a shared dB only by the first batch item */
+  int fA, fB;
+  gl_tensor *gA = gl_grad_slot(n, 0, &fA);
+  gl_tensor *gB = gl_grad_slot(n, 1, &fB);
   int M = g.M, N = g.N, K = g.K;
   size_t sA = (size_t)M * K, sB = g.bshared ? 0 : (size_t)K * N, sC = (size_t)M * N;
   for (int b = 0; b < g.batch; b++) {
     const float *Ab = A + b * sA, *Bb = B + b * sB, *dCb = dC + b * sC;
     int lda = g.ta ? M : K, ldb = g.tb ? K : N;
     if (gA) {
-      float *dA = gA->data + b * sA;
-      if (!g.ta) gl_sgemm(0, !g.tb, M, K, N, 1, dCb, N, Bb, ldb, 1, dA, lda);      /* dC op(B)^T */
-      else gl_sgemm(g.tb, 1, K, M, N, 1, Bb, ldb, dCb, N, 1, dA, lda);             /* op(B) dC^T */
+      float *dA = gA->data + b * sA, beta = fA ? 0 : 1;
+      if (!g.ta) gl_sgemm(0, !g.tb, M, K, N, 1, dCb, N, Bb, ldb, beta, dA, lda);   /* dC op(B)^T */
+      else gl_sgemm(g.tb, 1, K, M, N, 1, Bb, ldb, dCb, N, beta, dA, lda);          /* op(B) dC^T */
     }
     if (gB) {
-      float *dB = gB->data + b * sB;
-      if (!g.tb) gl_sgemm(!g.ta, 0, K, N, M, 1, Ab, lda, dCb, N, 1, dB, ldb);      /* op(A)^T dC */
-      else gl_sgemm(1, g.ta, N, K, M, 1, dCb, N, Ab, lda, 1, dB, ldb);             /* dC^T op(A) */
+      float *dB = gB->data + b * sB, beta = fB && (b == 0 || !g.bshared) ? 0 : 1;
+      if (!g.tb) gl_sgemm(!g.ta, 0, K, N, M, 1, Ab, lda, dCb, N, beta, dB, ldb);   /* op(A)^T dC */
+      else gl_sgemm(1, g.ta, N, K, M, 1, dCb, N, Ab, lda, beta, dB, ldb);          /* dC^T op(A) */
     }
+  }
+  if (g.batch == 0) {   /* nothing was written: a fresh buffer must still hold zeros */
+    if (gA && fA) memset(gA->data, 0, gA->numel * sizeof(float));
+    if (gB && fB) memset(gB->data, 0, gB->numel * sizeof(float));
   }
   return GL_OK;
 }
@@ -138,13 +146,20 @@ static int linear_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   int R = n->ints[0], In = n->ints[1], Out = n->ints[2];
   const float *dy = gout[0]->data;
-  gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1);
-  gl_tensor *gb = n->nin > 2 ? gl_grad_of(n, 2) : NULL;
-  if (gx) gl_sgemm(0, 0, R, In, Out, 1, dy, Out, w->data, In, 1, gx->data, In);
-  if (gw) gl_sgemm(1, 0, Out, In, R, 1, dy, Out, x->data, In, 1, gw->data, In);
-  if (gb)
-    for (int r = 0; r < R; r++)
-      for (int o = 0; o < Out; o++) gb->data[o] += dy[(size_t)r * Out + o];
+  int fx, fw, fb;   /* a fresh gradient buffer is assigned (beta 0), an older one added to */
+  gl_tensor *gx = gl_grad_slot(n, 0, &fx);
+  if (gx) gl_sgemm(0, 0, R, In, Out, 1, dy, Out, w->data, In, fx ? 0 : 1, gx->data, In);
+  gl_tensor *gw = gl_grad_slot(n, 1, &fw);
+  if (gw) gl_sgemm(1, 0, Out, In, R, 1, dy, Out, x->data, In, fw ? 0 : 1, gw->data, In);
+  gl_tensor *gb = n->nin > 2 ? gl_grad_slot(n, 2, &fb) : NULL;
+  if (gb) {
+    if (fb) memset(gb->data, 0, sizeof(float) * (size_t)Out);
+    for (int r = 0; r < R; r++) {   /* row by row: each pass over gb vectorises */
+      const float *restrict d = dy + (size_t)r * Out;
+      float *restrict b = gb->data;
+      for (int o = 0; o < Out; o++) b[o] += d[o];
+    }
+  }
   return GL_OK;
 }
 

@@ -18,53 +18,17 @@
  * (B,T,W), so its backward needs one sgemm per step (dh = dG W_hh) and, for the weights, one
  * sgemm over all steps at the end (dW_hh = dG^T H_prev with K = B*T).
  *
- * The transcendental functions are branch-free float versions (exp by range reduction and a
- * polynomial, accurate to about 1 ulp) so the gate loops vectorise; libm's scalar tanhf/expf
- * would cost more than the sgemm at these sizes.
+ * The transcendental functions are the branch-free float versions of vmath.h (exp by range
+ * reduction and a polynomial, accurate to about 1 ulp) so the gate loops vectorise; libm's
+ * scalar tanhf/expf would cost more than the sgemm at these sizes.
  */
 #include "glimpse.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <string.h>
 
 #define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
-
-/* ------------------------------------------------------------------------ */
-/* float exp, sigmoid, tanh that vectorise (Cephes-style range reduction and polynomials) */
-
-static inline float rnn_exp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  /* x = n ln2 + r, |r| <= ln2/2; n rounded by the 1.5*2^23 trick, which (unlike floorf)
-   * vectorises */
-  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;    /* ln2 split in two for accuracy */
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;    /* 2^n, n in [-126, 127] */
-  float s;
-  memcpy(&s, &bits, sizeof s);
-  return p * s;
-}
-
-static inline float rnn_sigmoid(float x) { return 1.0f / (1.0f + rnn_exp(-x)); }
-
-/* tanh: an odd polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel), that formula beyond */
-static inline float rnn_tanh(float x) {
-  float ax = fabsf(x), x2 = x * x;
-  float big = 1.0f - 2.0f / (rnn_exp(2.0f * ax) + 1.0f);
-  float p = -5.70498872745e-3f;
-  p = p * x2 + 2.06390887954e-2f;
-  p = p * x2 - 5.37397155531e-2f;
-  p = p * x2 + 1.33314422036e-1f;
-  p = p * x2 - 3.33332819422e-1f;
-  float small = ax + ax * x2 * p;
-  return copysignf(ax < 0.625f ? small : big, x);
-}
 
 /* ------------------------------------------------------------------------ */
 /* one run of a recurrence: the shapes and the buffers a step reads and writes */
@@ -125,7 +89,7 @@ static void rnn_step_forward(rnn_run *r, int t, float *a, size_t lda) {
     if (relu)
       for (int j = 0; j < H; j++) ar[j] = ar[j] > 0.0f ? ar[j] : 0.0f;
     else
-      for (int j = 0; j < H; j++) ar[j] = rnn_tanh(ar[j]);
+      for (int j = 0; j < H; j++) ar[j] = vm_tanh(ar[j]);
     memcpy(h, ar, sizeof(float) * (size_t)H);
     if (y) memcpy(y, ar, sizeof(float) * (size_t)H);
   }
@@ -179,15 +143,15 @@ static void rnn_step_backward(const rnn_run *r, int t, const float *dy, float *d
 static void lstm_row_forward(int H, float *restrict ai, float *restrict af, float *restrict ag,
                              float *restrict ao, float *restrict c, float *restrict h) {
   for (int j = 0; j < H; j++) {
-    float i = rnn_sigmoid(ai[j]), f = rnn_sigmoid(af[j]), g = rnn_tanh(ag[j]);
-    float o = rnn_sigmoid(ao[j]);
+    float i = vm_sigmoid(ai[j]), f = vm_sigmoid(af[j]), g = vm_tanh(ag[j]);
+    float o = vm_sigmoid(ao[j]);
     float cn = f * c[j] + i * g;
     ai[j] = i;
     af[j] = f;
     ag[j] = g;
     ao[j] = o;
     c[j] = cn;
-    h[j] = o * rnn_tanh(cn);
+    h[j] = o * vm_tanh(cn);
   }
 }
 
@@ -213,7 +177,7 @@ static void lstm_row_backward(int H, const float *restrict i, const float *restr
                               float *restrict gi, float *restrict gf, float *restrict gg,
                               float *restrict go) {
   for (int j = 0; j < H; j++) {
-    float tc = rnn_tanh(f[j] * cp[j] + i[j] * g[j]);
+    float tc = vm_tanh(f[j] * cp[j] + i[j] * g[j]);
     float dct = dc[j] + dh[j] * o[j] * (1.0f - tc * tc);
     gi[j] = dct * g[j] * i[j] * (1.0f - i[j]);
     gf[j] = dct * cp[j] * f[j] * (1.0f - f[j]);
@@ -254,9 +218,9 @@ static void gru_row_forward(int H, const float *restrict xr, const float *restri
                             float *restrict ar, float *restrict az, float *restrict an,
                             float *restrict ahn, float *restrict h) {
   for (int j = 0; j < H; j++) {
-    float r = rnn_sigmoid(xr[j] + hr[j]);
-    float z = rnn_sigmoid(xz[j] + hz[j]);
-    float n = rnn_tanh(xn[j] + r * hn[j]);
+    float r = vm_sigmoid(xr[j] + hr[j]);
+    float z = vm_sigmoid(xz[j] + hz[j]);
+    float n = vm_tanh(xn[j] + r * hn[j]);
     ar[j] = r;
     az[j] = z;
     an[j] = n;
@@ -354,17 +318,20 @@ static int rnn_backward(gl_node *n, gl_tensor **gout) {
                .mask = mask ? mask->data : NULL, .A = A->data};
   const float *dy = has_y ? gout[0]->data : NULL;
   const gl_tensor *dhn = gout[has_y ? 1 : 0], *dcn = lstm ? gout[has_y ? 2 : 1] : NULL;
-  gl_tensor *gxp = gl_grad_of(n, IN_XP), *gh0 = gl_grad_of(n, IN_H);
+  /* a fresh gradient buffer for xp is used as dG itself (no scratch, no final add) */
+  int fx;
+  gl_tensor *gxp = gl_grad_slot(n, IN_XP, &fx), *gh0 = gl_grad_of(n, IN_H);
   gl_tensor *gc0 = gl_grad_of(n, IN_C), *gw = gl_grad_of(n, IN_W), *gb = gl_grad_of(n, IN_B);
 
   size_t BH = (size_t)B * H, BTG = (size_t)B * T * G;
   int gru = kind == RNN_GRU;
   float *dh = gl_scratch_alloc(BH), *dc = lstm ? gl_scratch_alloc(BH) : NULL;
-  float *dgx = gl_scratch_alloc(BTG), *dgh = gru ? gl_scratch_alloc(BTG) : dgx;
+  float *dgx = fx ? gxp->data : gl_scratch_alloc(BTG), *dgh = gru ? gl_scratch_alloc(BTG) : dgx;
   if (!dh || (lstm && !dc) || !dgx || !dgh) {
     gl_scratch_free(dh, BH);
     gl_scratch_free(dc, BH);
-    gl_scratch_free(dgx, BTG);
+    if (fx) memset(gxp->data, 0, sizeof(float) * BTG);
+    else gl_scratch_free(dgx, BTG);
     if (gru) gl_scratch_free(dgh, BTG);
     return gl_fail(GL_ENOMEM, "%s: backward: out of memory", n->op->name);
   }
@@ -383,7 +350,7 @@ static int rnn_backward(gl_node *n, gl_tensor **gout) {
     for (size_t i = 0; i < BH; i++) gh0->data[i] += dh[i];
   if (gc0)
     for (size_t i = 0; i < BH; i++) gc0->data[i] += dc[i];
-  if (gxp)
+  if (gxp && !fx)
     for (size_t i = 0; i < BTG; i++) gxp->data[i] += dgx[i];
   if (gw && B * T > 0 && G > 0 && H > 0)   /* dW_hh += dG^T (G, B*T) H_prev (B*T, H) */
     gl_sgemm(1, 0, G, H, B * T, 1.0f, dgh, G, Hp->data, H, 1.0f, gw->data, H);
@@ -394,7 +361,7 @@ static int rnn_backward(gl_node *n, gl_tensor **gout) {
     }
   gl_scratch_free(dh, BH);
   gl_scratch_free(dc, BH);
-  gl_scratch_free(dgx, BTG);
+  if (!fx) gl_scratch_free(dgx, BTG);
   if (gru) gl_scratch_free(dgh, BTG);
   return GL_OK;
 }

@@ -505,6 +505,27 @@ function T.test_multihead_gradients_match_finite_differences()
   end, inputs, "multi-head")
 end
 
+function T.test_multihead_self_attention_gradients_match_finite_differences()
+  -- the self-attention path: one projection, one permute for q, k and v together
+  glimpse.manual_seed(22)
+  local mha = nn.MultiheadAttention(4, 2, {causal = true})
+  local x = leaf(2, 3, 4)
+  local inputs = {x}
+  for _, p in ipairs(mha:parameters()) do inputs[#inputs + 1] = p end
+  gradcheck(function() return (mha(x)) end, inputs, "self-attention")
+end
+
+function T.test_multihead_need_weights_false_skips_the_weights_only()
+  glimpse.manual_seed(23)
+  local mha = nn.MultiheadAttention(8, 2)
+  local x = glimpse.randn(2, 5, 8)
+  local out, w = mha(x)
+  local out2, w2 = mha(x, nil, nil, nil, {need_weights = false})
+  lu.assertNotNil(w)
+  lu.assertNil(w2)
+  assert_close(out2, out, 0, "output")
+end
+
 -- ---------------------------------------------------------------------------------------
 -- pointer networks
 

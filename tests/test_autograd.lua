@@ -235,6 +235,145 @@ function T.test_gradcheck_dropout_with_a_fixed_mask()
   end, {a}))
 end
 
+-- the vectorising exp/tanh/sigmoid (engine/vmath.h) against libm --------------------
+
+local VMATH_RTOL = 1e-6   -- relative error of the float kernels against Lua's double libm
+
+local function vmath_inputs()
+  local xs = {}
+  for i = 0, 4000 do xs[#xs + 1] = -30 + 60 * i / 4000 end
+  for i = 0, 200 do xs[#xs + 1] = -1e-3 + 2e-3 * i / 200 end         -- around 0
+  for i = 0, 100 do xs[#xs + 1] = -103 + 191 * i / 100 end           -- exp's whole range
+  for _, v in ipairs({0.625, -0.625, 0.6249, 0.6251, 1e-30, -1e-30, 88.5, -87.5, -95}) do
+    xs[#xs + 1] = v
+  end
+  local t = glimpse.tensor(xs)
+  return t, t:totable()   -- the float32 values the kernels see
+end
+
+local function worst_relative(got, f, xs, floor)
+  local worst, at = 0, nil
+  for i, x in ipairs(xs) do
+    local ref = f(x)
+    local err = math.abs(got[i] - ref) / math.max(math.abs(ref), floor)
+    if err > worst then worst, at = err, x end
+  end
+  return worst, at
+end
+
+function T.test_fast_exp_tanh_sigmoid_match_libm()
+  local t, xs = vmath_inputs()
+  local FLT_MIN = 2.0 ^ -126   -- below it float32 has no relative precision to speak of
+  local w, at = worst_relative(t:exp():totable(), math.exp, xs, FLT_MIN)
+  lu.assertTrue(w < VMATH_RTOL, string.format("exp: relative error %.3g at %.9g", w, at))
+  w, at = worst_relative(t:tanh():totable(), function(x)   -- Lua has no math.tanh
+    if math.abs(x) > 20 then return x > 0 and 1 or -1 end
+    if math.abs(x) < 1e-4 then return x - x ^ 3 / 3 end     -- (e - 1)/(e + 1) cancels there
+    local e = math.exp(2 * x)
+    return (e - 1) / (e + 1)
+  end, xs, FLT_MIN)
+  lu.assertTrue(w < VMATH_RTOL, string.format("tanh: relative error %.3g at %.9g", w, at))
+  w, at = worst_relative(t:sigmoid():totable(), function(x) return 1 / (1 + math.exp(-x)) end,
+                         xs, FLT_MIN)
+  lu.assertTrue(w < VMATH_RTOL, string.format("sigmoid: relative error %.3g at %.9g", w, at))
+end
+
+function T.test_fast_exp_tanh_sigmoid_edge_values()
+  local inf, nan = math.huge, 0 / 0
+  local e = glimpse.tensor({89, 1000, inf, -104, -1000, -inf, nan, 0}):exp():totable()
+  lu.assertEquals({e[1], e[2], e[3], e[4], e[5], e[6], e[8]}, {inf, inf, inf, 0, 0, 0, 1})
+  lu.assertTrue(e[7] ~= e[7], "exp(NaN) is NaN")
+  local sub = glimpse.tensor({-100}):exp():item()   -- a subnormal float: not flushed to zero
+  lu.assertTrue(sub > 0 and math.abs(sub - math.exp(-100)) < 2.0 ^ -149, "exp(-100) " .. sub)
+  local th = glimpse.tensor({inf, -inf, 50, -50, nan, 0}):tanh():totable()
+  lu.assertEquals({th[1], th[2], th[3], th[4], th[6]}, {1, -1, 1, -1, 0})
+  lu.assertTrue(th[5] ~= th[5], "tanh(NaN) is NaN")
+  local sg = glimpse.tensor({inf, -inf, 100, -200, nan}):sigmoid():totable()
+  lu.assertEquals({sg[1], sg[2], sg[3], sg[4]}, {1, 0, 1, 0})
+  lu.assertTrue(sg[5] ~= sg[5], "sigmoid(NaN) is NaN")
+end
+
+-- gradient buffers: a backward writes a new buffer outright and adds into an existing one;
+-- both must give the same gradients ------------------------------------------------------
+
+local FRESH_RTOL = 1e-5   -- the same sums, possibly in another order
+
+local function assert_close_t(a, b, what)
+  local err = (a - b):abs():max():item()
+  local scale = math.max(b:abs():max():item(), 1e-30)
+  lu.assertTrue(err <= FRESH_RTOL * scale,
+                string.format("%s: max error %.3g (scale %.3g)", what, err, scale))
+end
+
+-- f(x, p) for x a leaf or an intermediate, once and twice: the gradient of
+-- sum(f(x) * c1) + sum(f(x) * c2) must equal the two single gradients summed
+local FRESH_CASES = {
+  {"relu", {4, 5}, function(x) return x:relu() end},
+  {"tanh", {4, 5}, function(x) return x:tanh() end},
+  {"sigmoid", {4, 5}, function(x) return x:sigmoid() end},
+  {"exp", {4, 5}, function(x) return x:exp() end},
+  {"linear", {3, 4}, function(x, p) return glimpse.linear(x, p.w, p.b) end},
+  {"matmul", {2, 3, 4}, function(x, p) return x:matmul(p.m) end},
+  {"matmul_shared_b", {3, 4}, function(x, p) return p.bt:matmul(x, true) end},  -- per batch
+  {"conv2d", {2, 3, 16, 16}, function(x, p) return glimpse.conv2d(x, p.k, p.kb, {padding = 1}) end},
+  {"conv2d_chunked", {3, 2, 5, 5}, function(x, p) return glimpse.conv2d(x, p.k2, nil) end},
+  {"max_pool2d", {2, 3, 6, 6}, function(x) return glimpse.max_pool2d(x, 2) end},
+  {"lstm_seq", {2, 3, 8}, function(x, p) return (glimpse.lstm_seq(x, nil, nil, p.whh, p.bhh)) end},
+}
+
+function T.test_fresh_and_accumulated_gradient_buffers_agree()
+  glimpse.manual_seed(21)
+  local p = {w = leaf(6, 4), b = leaf(6), m = leaf(4, 5), bt = leaf(2, 3, 3),
+             k = leaf(4, 3, 3, 3), kb = leaf(4), k2 = leaf(3, 2, 2, 2), whh = leaf(8, 2),
+             bhh = leaf(8)}
+  for _, case in ipairs(FRESH_CASES) do
+    local name, shape, f = case[1], case[2], case[3]
+    local x0 = glimpse.randn(table.unpack(shape))
+    local probe = f(x0, p)
+    local c1, c2 = glimpse.randn(table.unpack(probe.shape)), glimpse.randn(table.unpack(probe.shape))
+    for _, via in ipairs({"leaf", "intermediate"}) do
+      local function grads(use1, use2)
+        local x = x0:clone():requires_grad()
+        local xin = via == "leaf" and x or x * 1   -- an op output: its gradient slot is a node's
+        local loss
+        if use1 then loss = (f(xin, p) * c1):sum() end
+        if use2 then
+          local l2 = (f(xin, p) * c2):sum()
+          loss = loss and loss + l2 or l2
+        end
+        loss:backward()
+        return x.grad
+      end
+      local g1, g2, g12 = grads(true, false), grads(false, true), grads(true, true)
+      assert_close_t(g12, g1 + g2, name .. " (" .. via .. ")")
+    end
+  end
+end
+
+function T.test_backward_twice_adds_to_existing_leaf_grads_of_every_fast_op()
+  glimpse.manual_seed(22)
+  local x = glimpse.randn(2, 3, 16, 16):requires_grad()
+  local k, kb = leaf(4, 3, 3, 3), leaf(4)
+  local function loss()
+    local y = glimpse.max_pool2d(glimpse.conv2d(x, k, kb, {padding = 1}):relu(), 2)
+    return glimpse.linear(y:reshape(2, 4 * 64), glimpse.ones(5, 4 * 64)):tanh():sum()
+  end
+  loss():backward()
+  local gx, gk, gb = x.grad:clone(), k.grad:clone(), kb.grad:clone()
+  loss():backward()
+  assert_close_t(x.grad, gx * 2, "x")
+  assert_close_t(k.grad, gk * 2, "weight")
+  assert_close_t(kb.grad, gb * 2, "bias")
+end
+
+function T.test_gradcheck_one_tensor_as_two_inputs_of_an_op()
+  glimpse.manual_seed(23)
+  local a = leaf(3, 3)
+  lu.assertTrue(gradcheck(function(x) return x:matmul(x) end, {a}))
+  lu.assertTrue(gradcheck(function(x) return glimpse.linear(x, x) end, {a}))
+  lu.assertTrue(gradcheck(function(x) return glimpse.linear(x, x, x:select(1, 1)) end, {a}))
+end
+
 function T.test_gradcheck_catches_a_wrong_gradient()
   local a = leaf(3)
   local ok = glimpse.gradcheck(function(x) return x:exp():detach() * x end, {a}, {raise = false})

@@ -92,19 +92,62 @@ function T.test_conv2d_im2col_matches_direct_loops_outputs_and_grads()
   end
 end
 
-function T.test_conv2d_chunked_batch_matches_direct_loops()
-  -- 16*3*3 rows x 64*64 columns per image: the 16 MB column budget holds 7 images, so a
-  -- batch of 9 runs as two chunks
+-- the two layouts of engine/ops_conv.c: an image with at least 256 output pixels is a chunk
+-- of its own (its product writes the output in place); smaller ones are batched into chunks
+-- of about 2^18 column floats (here 64*9 rows x 15*15 columns: two images a chunk, so a batch
+-- of 5 runs as 2 + 2 + 1)
+local CHUNK_CASES = {
+  {"one image per chunk", {3, 4, 16, 16}, {5, 4, 3, 3}},
+  {"several images per chunk", {5, 64, 15, 15}, {3, 64, 3, 3}},
+}
+
+function T.test_conv2d_per_image_and_chunked_paths_match_direct_loops()
   glimpse.manual_seed(12)
-  local x, w, b = glimpse.randn(9, 16, 64, 64), glimpse.randn(2, 16, 3, 3), glimpse.randn(2)
-  local opts = {padding = 1}
-  local dy = glimpse.randn(9, 2, 64, 64)
-  local y1, g1 = forward_backward(function(a, bw, bb) return glimpse.conv2d(a, bw, bb, opts) end,
-                                  {leaf(x), leaf(w), leaf(b)}, dy)
-  local y2, g2 = forward_backward(function(a, bw, bb) return glimpse._conv2d_naive(a, bw, bb, opts) end,
-                                  {leaf(x), leaf(w), leaf(b)}, dy)
-  assert_close(y1, y2, ORACLE_RTOL, "output")
-  for i = 1, 3 do assert_close(g1[i], g2[i], ORACLE_RTOL, "grad " .. i) end
+  for _, c in ipairs(CHUNK_CASES) do
+    local what, xs, ws = c[1], c[2], c[3]
+    local x, w, b = glimpse.randn(table.unpack(xs)), glimpse.randn(table.unpack(ws)), glimpse.randn(ws[1])
+    local opts = {padding = 1}
+    local dy = glimpse.randn(xs[1], ws[1], xs[3], xs[4])
+    local y1, g1 = forward_backward(function(a, bw, bb) return glimpse.conv2d(a, bw, bb, opts) end,
+                                    {leaf(x), leaf(w), leaf(b)}, dy)
+    local y2, g2 = forward_backward(function(a, bw, bb) return glimpse._conv2d_naive(a, bw, bb, opts) end,
+                                    {leaf(x), leaf(w), leaf(b)}, dy)
+    assert_close(y1, y2, ORACLE_RTOL, what .. ": output")
+    for i = 1, 3 do assert_close(g1[i], g2[i], ORACLE_RTOL, what .. ": grad " .. i) end
+  end
+end
+
+-- 3x3 stride-1 convolutions with 16 or more channels in and out go through Winograd
+-- F(2x2, 3x3) (forward and input gradient); odd output sizes leave half-empty edge tiles,
+-- padding 0..2 covers every adjoint padding (2 - p).
+local WINOGRAD_CASES = {
+  -- B, C, H, W, O, padding, bias
+  {2, 16, 9, 7, 16, 1, true},
+  {3, 20, 8, 8, 24, 0, true},
+  {2, 16, 6, 5, 18, 2, false},
+  {1, 32, 5, 12, 16, {0, 2}, true},
+}
+local WINOGRAD_RTOL = 1e-5     -- the transforms' extra rounding, relative to the largest entry
+
+function T.test_conv2d_winograd_path_matches_direct_loops_outputs_and_grads()
+  glimpse.manual_seed(13)
+  for k, c in ipairs(WINOGRAD_CASES) do
+    local B, C, H, W, O, pad, bias = table.unpack(c)
+    local x, w = glimpse.randn(B, C, H, W), glimpse.randn(O, C, 3, 3)
+    local b = bias and glimpse.randn(O) or nil
+    local opts = {padding = pad}
+    local fast_in, slow_in = {leaf(x), leaf(w)}, {leaf(x), leaf(w)}
+    if b then fast_in[3], slow_in[3] = leaf(b), leaf(b) end
+    local probe = glimpse.conv2d(x, w, b, opts)
+    local dy = glimpse.randn(table.unpack(probe.shape))
+    local y1, g1 = forward_backward(function(a, bw, bb) return glimpse.conv2d(a, bw, bb, opts) end,
+                                    fast_in, dy)
+    local y2, g2 = forward_backward(function(a, bw, bb) return glimpse._conv2d_naive(a, bw, bb, opts) end,
+                                    slow_in, dy)
+    local what = "Winograd case " .. k
+    assert_close(y1, y2, WINOGRAD_RTOL, what .. " output")
+    for i = 1, #fast_in do assert_close(g1[i], g2[i], WINOGRAD_RTOL, what .. " grad " .. i) end
+  end
 end
 
 function T.test_conv2d_gradcheck()
@@ -206,6 +249,23 @@ function T.test_max_pool2d_2x2_fast_path_matches_a_reshape_and_max()
   assert_close(a.grad, b.grad, EXACT, "grad")
   -- no graph: the same values
   assert_close(glimpse.max_pool2d(x, 2), y2, EXACT, "output without grad")
+end
+
+function T.test_max_pool2d_2x2_odd_sizes_leave_the_uncovered_edge_without_gradient()
+  -- the fast backward writes whole rows; an odd last row and column belong to no window
+  glimpse.manual_seed(19)
+  local x = distinct(2, 3, 5, 7)
+  local dy = glimpse.randn(2, 3, 2, 3)
+  local a, b = leaf(x), leaf(x)
+  glimpse.max_pool2d(a, 2):backward(dy)
+  local crop = b:narrow(3, 1, 4):narrow(4, 1, 6)
+  crop:reshape(2, 3, 2, 2, 3, 2):permute(1, 2, 3, 5, 4, 6):reshape(2, 3, 2, 3, 4):max(5):backward(dy)
+  assert_close(a.grad, b.grad, EXACT, "grad")
+  lu.assertEquals(a.grad:narrow(3, 5, 1):abs():sum():item(), 0)
+  lu.assertEquals(a.grad:narrow(4, 7, 1):abs():sum():item(), 0)
+  -- a second backward adds to the existing gradient (the scatter path)
+  glimpse.max_pool2d(a, 2):backward(dy)
+  assert_close(a.grad, b.grad * 2, EXACT, "accumulated grad")
 end
 
 function T.test_max_pool2d_ties_send_the_gradient_to_the_first_in_scan_order()

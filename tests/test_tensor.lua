@@ -292,9 +292,32 @@ function T.test_blas_info_names_core_and_threads()
   local info = glimpse.blas_info()
   lu.assertIsString(info.core)
   lu.assertTrue(info.threads >= 1)
+  local before = glimpse.get_num_threads()
   glimpse.set_num_threads(1)
   lu.assertEquals(glimpse.get_num_threads(), 1)
   glimpse.set_num_threads(2)
+  lu.assertEquals(glimpse.get_num_threads(), 2)   -- the cap, whatever a product uses
+  glimpse.set_num_threads(before)
+end
+
+function T.test_products_agree_on_one_and_two_threads_small_and_large()
+  -- a small product always runs on one thread; one of 2^26 multiply-adds may use them all
+  glimpse.manual_seed(5)
+  local before = glimpse.get_num_threads()
+  for _, s in ipairs({{16, 24, 8}, {512, 512, 256}}) do
+    local a, b = glimpse.randn(s[1], s[3]), glimpse.randn(s[3], s[2])
+    glimpse.set_num_threads(1)
+    local c1 = a:matmul(b)
+    glimpse.set_num_threads(2)
+    local c2 = a:matmul(b)
+    local err = (c1 - c2):abs():max():item()
+    lu.assertTrue(err <= TOL * c1:abs():max():item(), "product " .. table.concat(s, "x"))
+    -- one entry against the definition
+    local ref = 0
+    for k = 1, s[3] do ref = ref + a[1][k]:item() * b[k][1]:item() end
+    lu.assertAlmostEquals(c2[1][1]:item(), ref, TOL * math.max(1, math.abs(ref)) * 10)
+  end
+  glimpse.set_num_threads(before)
 end
 
 return T

@@ -466,10 +466,11 @@ end
 -- multi-head attention (Vaswani et al. 2017) with PyTorch's parameter layout
 
 --- attention.multi_head(query (B,Tq,d), key (B,Tk,d), value (B,Tk,d), p, opts)
----   -> out (B,Tq,d), weights (B,Tq,Tk) averaged over heads
+---   -> out (B,Tq,d), weights (B,Tq,Tk) averaged over heads (nil when opts.need_weights is false)
 -- p: heads, in_proj_weight (3d,d), in_proj_bias (3d) or nil, out_weight (d,d), out_bias (d)
 -- or nil.  opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
--- dropout (on the attention weights) and training.  key/value nil: self-attention.
+-- dropout (on the attention weights) and training, need_weights (default true; false skips
+-- averaging the weights, as PyTorch's need_weights=False).  key/value nil: self-attention.
 function M.multi_head(query, key, value, p, opts)
   opts = opts or {}
   check_tensor(query, "query", 3, 2)
@@ -483,21 +484,25 @@ function M.multi_head(query, key, value, p, opts)
   local W, bias = p.in_proj_weight, p.in_proj_bias
   local q, k, v
   if key == query and value == query then
-    local qkv = glimpse.linear(query, W, bias)            -- (B,T,3d): one sgemm
-    q, k, v = qkv:narrow(3, 1, d), qkv:narrow(3, d + 1, d), qkv:narrow(3, 2 * d + 1, d)
+    -- one sgemm for q, k and v, then one copy that puts heads first for all three:
+    -- (B,T,3,h,dh) -> (3,B,h,T,dh); select on the leading dim shares storage
+    local qkv = glimpse.linear(query, W, bias):reshape(B, Tq, 3, h, dh):permute(3, 1, 4, 2, 5)
+    q = qkv:select(1, 1):reshape(B * h, Tq, dh)
+    k = qkv:select(1, 2):reshape(B * h, Tk, dh)
+    v = qkv:select(1, 3):reshape(B * h, Tk, dh)
   else
-    local function part(i, x)
-      return glimpse.linear(x, W:narrow(1, i * d + 1, d), bias and bias:narrow(1, i * d + 1, d))
+    local function part(i, x, T)
+      local y = glimpse.linear(x, W:narrow(1, i * d + 1, d), bias and bias:narrow(1, i * d + 1, d))
+      return y:reshape(B, T, h, dh):permute(1, 3, 2, 4):reshape(B * h, T, dh)
     end
-    q, k, v = part(0, query), part(1, key), part(2, value)
+    q, k, v = part(0, query, Tq), part(1, key, Tk), part(2, value, Tk)
   end
-  local function heads(x, T) return x:reshape(B, T, h, dh):permute(1, 3, 2, 4):reshape(B * h, T, dh) end
-  q, k, v = heads(q, Tq), heads(k, Tk), heads(v, Tk)
   local P = C.mh_probs(q, k, as_tensor(opts.mask), h, opts.causal or false, 1 / math.sqrt(dh))
   local Pd = P
   if (opts.dropout or 0) > 0 and opts.training then Pd = glimpse.dropout(P, opts.dropout, true) end
   local ctx = Pd:matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, d)
   local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
+  if opts.need_weights == false then return out, nil end
   return out, P:reshape(B, h, Tq, Tk):mean(2)
 end
 

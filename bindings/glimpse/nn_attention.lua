@@ -268,7 +268,8 @@ M.MultiheadAttention = MultiheadAttention
 -- out_proj.weight (d,d), out_proj.bias (d) (zeros), so its state dict loads unchanged.
 -- Forward: out (B,Tq,d), weights (B,Tq,Tk) (averaged over heads) =
 --   mha(query (B,Tq,d), key (B,Tk,d) or nil, value (B,Tk,d) or nil, mask (B,Tk) or nil,
---       {causal=})   -- key/value nil: self-attention; mask: 1 = attend, 0 = padding.
+--       {causal=, need_weights=true})   -- key/value nil: self-attention; mask: 1 = attend,
+--   0 = padding; need_weights = false returns weights nil and skips averaging them.
 function MultiheadAttention:init(d, heads, opts)
   local cls = "nn.MultiheadAttention"
   check_dim(d, "embed_dim", cls)
@@ -297,7 +298,8 @@ function MultiheadAttention:forward(query, key, value, mask, opts)
     heads = self.num_heads, in_proj_weight = self.in_proj_weight,
     in_proj_bias = self.in_proj_bias, out_weight = self.out_proj.weight,
     out_bias = self.out_proj.bias}, {mask = mask, causal = causal, dropout = self.dropout,
-                                     training = self.training})
+                                     training = self.training,
+                                     need_weights = not (opts and opts.need_weights == false)})
 end
 
 function MultiheadAttention:extra_repr()
