@@ -705,6 +705,8 @@ static const char *const lazy[][2] = {
     {"viz", "glimpse.viz"},       {"decode", "glimpse.decode"},
     {"init", "glimpse.nn_init"},  {"models", "glimpse.models"},
     {"progress", "glimpse.progress"}, {"util", "glimpse.util"},
+    {"draw", "glimpse.draw"},     {"planar", "glimpse.planar"},
+    {"metrics", "glimpse.metrics"}, {"captioner", "glimpse.captioner"},
     {NULL, NULL}};
 
 static const char *const lazy_fns[][2] = {
