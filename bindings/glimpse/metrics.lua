@@ -1,0 +1,230 @@
+--- glimpse.metrics -- how good a captioner is, and where it looks.
+--
+--   local metrics = require "glimpse.metrics"
+--   local b = metrics.bleu({"a bag above a coat"}, {{"a bag above a coat", "a bag over a coat"}})
+--   print(b[1], b[2], b[3], b[4], b.brevity_penalty)          -- BLEU-1..4 in [0,1]
+--   local inside, chance = metrics.attention_in_box(alphas, boxes, {8, 8}, {64, 64})
+--
+-- bleu: corpus BLEU (Papineni et al. 2002): modified (clipped) n-gram precisions summed over
+-- the whole corpus, their geometric mean over n = 1..N, times the brevity penalty
+-- BP = exp(1 - r/c) when the candidates' total length c is below the effective reference
+-- length r (for each candidate the reference length closest to its own, the shorter one on
+-- a tie), else 1.  No smoothing: a corpus with no matching 4-gram has BLEU-4 = 0.
+--
+-- attention_in_box: the share of an attention map's mass that falls inside a box of the
+-- image.  A grid cell covers a rectangle of the image (cell r of h covers rows
+-- (r-1)*H/h .. r*H/h in continuous pixel coordinates); a box {x1,y1,x2,y2} (1-based inclusive
+-- pixels) covers [x1-1, x2] x [y1-1, y2].  Each cell counts with the fraction of its area
+-- inside the box, so the score is exact for grids that do not divide the image evenly.
+local glimpse = require "glimpse"
+
+local M = {}
+
+-- ---------------------------------------------------------------------------------------
+-- BLEU
+
+local function tokens_of(s, what, level)
+  if type(s) == "string" then
+    local out = {}
+    for w in s:gmatch("%S+") do out[#out + 1] = w end
+    return out
+  end
+  if type(s) ~= "table" then
+    error(string.format("metrics.bleu: %s must be a string or a list of tokens, got %s", what,
+                        type(s)), level + 1)
+  end
+  for i, w in ipairs(s) do
+    if type(w) ~= "string" and type(w) ~= "number" then
+      error(string.format("metrics.bleu: %s token %d is a %s (strings or ids expected)", what, i,
+                          type(w)), level + 1)
+    end
+  end
+  return s
+end
+
+-- n-gram -> count for one token list
+local function ngram_counts(toks, n)
+  local counts = {}
+  for i = 1, #toks - n + 1 do
+    local key = table.concat(toks, "\0", i, i + n - 1)
+    counts[key] = (counts[key] or 0) + 1
+  end
+  return counts
+end
+
+--- metrics.bleu(candidates, references, {max_n=4}) -> scores
+-- candidates: a list of C captions (strings, split on spaces, or token lists);
+-- references: a list of C entries, each the candidate's list of reference captions (strings
+-- or token lists); an entry that is a single string (or a list of numeric ids) is one
+-- reference.
+-- scores[n] (n = 1..max_n): corpus BLEU-n in [0,1]; scores.precisions[n] the clipped n-gram
+-- precisions; scores.brevity_penalty; scores.length (c) and scores.ref_length (r).
+function M.bleu(candidates, references, opts)
+  opts = opts or {}
+  local max_n = opts.max_n or 4
+  if math.type(max_n) ~= "integer" or max_n < 1 then
+    error("metrics.bleu: opts.max_n must be a positive integer, got " .. tostring(max_n), 2)
+  end
+  if type(candidates) ~= "table" then
+    error("metrics.bleu: argument #1 (candidates) must be a list of captions, got " ..
+          type(candidates), 2)
+  end
+  if type(references) ~= "table" then
+    error("metrics.bleu: argument #2 (references) must be a list of reference lists, got " ..
+          type(references), 2)
+  end
+  if #candidates ~= #references then
+    error(string.format("metrics.bleu: %d candidates but %d reference lists", #candidates,
+                        #references), 2)
+  end
+  local matched, total = {}, {}
+  for n = 1, max_n do matched[n], total[n] = 0, 0 end
+  local c_len, r_len = 0, 0
+  for i = 1, #candidates do
+    local cand = tokens_of(candidates[i], "candidate " .. i, 2)
+    local refs = references[i]
+    if type(refs) == "string" or (type(refs) == "table" and type(refs[1]) == "number") then
+      refs = {refs}                          -- one reference: a string or a list of ids
+    end
+    if type(refs) ~= "table" or #refs == 0 then
+      error(string.format("metrics.bleu: candidate %d has no references", i), 2)
+    end
+    local ref_toks = {}
+    for j, r in ipairs(refs) do ref_toks[j] = tokens_of(r, "reference " .. j .. " of " .. i, 2) end
+    -- effective reference length: the closest to the candidate's, the shorter on a tie
+    local best
+    for _, r in ipairs(ref_toks) do
+      local d, bd = math.abs(#r - #cand), best and math.abs(best - #cand)
+      if not best or d < bd or (d == bd and #r < best) then best = #r end
+    end
+    c_len, r_len = c_len + #cand, r_len + best
+    for n = 1, max_n do
+      local cc = ngram_counts(cand, n)
+      local maxref = {}
+      for _, r in ipairs(ref_toks) do
+        for k, v in pairs(ngram_counts(r, n)) do
+          if (maxref[k] or 0) < v then maxref[k] = v end
+        end
+      end
+      for k, v in pairs(cc) do matched[n] = matched[n] + math.min(v, maxref[k] or 0) end
+      total[n] = total[n] + math.max(#cand - n + 1, 0)
+    end
+  end
+  local out = {precisions = {}, length = c_len, ref_length = r_len}
+  local bp
+  if c_len == 0 then bp = 0
+  elseif c_len > r_len then bp = 1
+  else bp = math.exp(1 - r_len / c_len) end
+  out.brevity_penalty = bp
+  local logsum = 0
+  for n = 1, max_n do
+    local p = total[n] > 0 and matched[n] / total[n] or 0
+    out.precisions[n] = p
+    if p > 0 and logsum > -math.huge then logsum = logsum + math.log(p) else logsum = -math.huge end
+    out[n] = logsum == -math.huge and 0 or bp * math.exp(logsum / n)
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------------------------------
+-- attention inside boxes
+
+local function pair(v, what, level)
+  if type(v) ~= "table" or type(v[1]) ~= "number" or type(v[2]) ~= "number" or v[1] <= 0
+     or v[2] <= 0 then
+    error(string.format("metrics.attention_in_box: %s must be a table {h, w} of positive " ..
+                        "numbers, got %s", what, tostring(v)), level + 1)
+  end
+  return v[1], v[2]
+end
+
+-- overlap length of [a0, a1] and [b0, b1]
+local function overlap(a0, a1, b0, b1)
+  return math.max(0, math.min(a1, b1) - math.max(a0, b0))
+end
+
+--- metrics.cell_weights(box, grid_hw, image_hw) -> list of L = h*w fractions: the share of
+-- each grid cell's area (row-major) that lies inside box {x1,y1,x2,y2} (1-based inclusive
+-- pixels).
+function M.cell_weights(box, grid_hw, image_hw)
+  local gh, gw = pair(grid_hw, "grid_hw", 2)
+  local H, W = pair(image_hw, "image_hw", 2)
+  local ch, cw = H / gh, W / gw
+  local x0, y0, x1, y1 = box[1] - 1, box[2] - 1, box[3], box[4]
+  local out = {}
+  for r = 1, gh do
+    local fy = overlap((r - 1) * ch, r * ch, y0, y1) / ch
+    for c = 1, gw do
+      out[(r - 1) * gw + c] = fy * overlap((c - 1) * cw, c * cw, x0, x1) / cw
+    end
+  end
+  return out
+end
+
+local function check_box(b, t, level)
+  if type(b) ~= "table" or #b ~= 4 then
+    error(string.format("metrics.attention_in_box: box %d must be {x1, y1, x2, y2} or nil, got %s",
+                        t, tostring(b)), level + 1)
+  end
+  for k = 1, 4 do
+    if type(b[k]) ~= "number" then
+      error(string.format("metrics.attention_in_box: box %d entry %d is not a number", t, k),
+            level + 1)
+    end
+  end
+  if b[3] < b[1] or b[4] < b[2] then
+    error(string.format("metrics.attention_in_box: box %d {%g,%g,%g,%g} has x2 < x1 or y2 < y1",
+                        t, b[1], b[2], b[3], b[4]), level + 1)
+  end
+end
+
+--- metrics.attention_in_box(alphas (T,L), boxes, grid_hw {h,w}, image_hw {H,W})
+---   -> inside, chance
+-- alphas: one caption's attention maps, row t over the L = h*w grid cells (row-major), as a
+-- tensor or a table of T rows.  boxes: T entries, boxes[t] = {x1,y1,x2,y2} of the item word
+-- t names, or nil (false, or {0,0,0,0}) for words that name nothing.  inside[t]: the share of
+-- row t's mass inside boxes[t] (rows are normalised by their sum), nil where there is no
+-- box; chance[t]: the share a uniform map would put there (the box's area fraction).
+function M.attention_in_box(alphas, boxes, grid_hw, image_hw)
+  local rows = alphas
+  if glimpse.is_tensor(alphas) then
+    if alphas:dim() ~= 2 then
+      error(string.format("metrics.attention_in_box: alphas must be (T,L), got shape {%s}",
+                          table.concat(alphas.shape, ",")), 2)
+    end
+    rows = alphas:totable()
+  elseif type(alphas) ~= "table" then
+    error("metrics.attention_in_box: alphas must be a (T,L) tensor or a table of rows, got " ..
+          type(alphas), 2)
+  end
+  if type(boxes) ~= "table" then
+    error("metrics.attention_in_box: boxes must be a table of T boxes (nil where none), got " ..
+          type(boxes), 2)
+  end
+  local gh, gw = pair(grid_hw, "grid_hw", 2)
+  pair(image_hw, "image_hw", 2)
+  local L = gh * gw
+  local inside, chance = {}, {}
+  for t = 1, #rows do
+    local row, b = rows[t], boxes[t]
+    if type(row) ~= "table" or #row ~= L then
+      error(string.format("metrics.attention_in_box: alpha row %d has %s entries, the %dx%d " ..
+                          "grid has %d", t, type(row) == "table" and #row or type(row), gh, gw, L), 2)
+    end
+    if b and not (b[1] == 0 and b[2] == 0 and b[3] == 0 and b[4] == 0) then
+      check_box(b, t, 2)
+      local w = M.cell_weights(b, grid_hw, image_hw)
+      local mass, sum, area = 0, 0, 0
+      for i = 1, L do
+        mass = mass + row[i] * w[i]
+        sum = sum + row[i]
+        area = area + w[i]
+      end
+      inside[t] = sum > 0 and mass / sum or 0
+      chance[t] = area / L
+    end
+  end
+  return inside, chance
+end
+
+return M

@@ -1,0 +1,527 @@
+-- tests/test_captioner.lua -- the Show, Attend and Tell captioner (bindings/glimpse/captioner.lua)
+-- and the caption metrics (bindings/glimpse/metrics.lua): shapes through the loss and the
+-- decoder, finite-difference gradients, the doubly stochastic and REINFORCE terms, save/load,
+-- BLEU and attention-in-box against hand-computed values, a short training run, bad input.
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+local Captioner = require("glimpse.captioner").Captioner
+local metrics = require "glimpse.metrics"
+
+local Vocab = glimpse.data.Vocab
+
+local T = {}
+
+local EXACT = 1e-6          -- values computed the same way twice / by hand in double precision
+local FLOAT_TOL = 1e-4      -- a float32 sum checked against a double-precision hand value
+local GRAD_EPS = 1e-2       -- finite-difference step (float32)
+local GRAD_ATOL = 2e-3
+local GRAD_RTOL = 3e-2
+local OVERFIT_STEPS = 40    -- Adam steps on one batch
+local OVERFIT_RATIO = 0.5   -- ... after which the loss is below this share of the first loss
+
+-- ---------------------------------------------------------------------------------------
+-- helpers
+
+local WORDS = {"a", "red", "blue", "circle", "square", "above", "below"}
+
+-- a tiny captioner: 16x16 grey images, two conv blocks -> a 4x4 grid (L = 16)
+local function tiny(o)
+  o = o or {}
+  local opts = {vocab = Vocab.new(WORDS), encoder = {in_channels = 1, channels = {4, 6}},
+                dim_embed = 6, dim_hidden = 8, dim_att = 5, max_len = 6}
+  for k, v in pairs(o) do opts[k] = v end
+  return Captioner(opts)
+end
+
+-- a batch of B random images and captions of the given word lists
+local function batch(captions)
+  local v = Vocab.new(WORDS)
+  local cin, cout = {}, {}
+  for k, words in ipairs(captions) do
+    local ids = v:encode(words)
+    cin[k] = {Vocab.START, table.unpack(ids)}
+    cout[k] = {table.unpack(ids)}
+    cout[k][#ids + 1] = Vocab.END
+  end
+  local pad = glimpse.data.batches.pad
+  local b = {images = glimpse.rand(#captions, 1, 16, 16)}
+  b.captions_in = pad(cin, {pad = Vocab.PAD})
+  b.captions_out, b.lengths, b.mask = pad(cout, {pad = Vocab.PAD})
+  return b
+end
+
+local CAPS = {{"a", "red", "circle"}, {"a", "blue", "square", "above", "a", "red", "circle"},
+              {"a", "square"}}
+
+local function tmpfile(suffix)
+  return os.tmpname() .. suffix
+end
+
+local function assert_error_matches(pattern, fn, ...)
+  local ok, err = pcall(fn, ...)
+  lu.assertFalse(ok, "expected an error matching " .. pattern)
+  lu.assertStrContains(tostring(err), pattern)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- shapes
+
+function T.test_loss_returns_scalar_and_alphas_of_batch_steps_cells()
+  glimpse.manual_seed(1)
+  local cap = tiny()
+  local b = batch(CAPS)
+  local loss, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+  lu.assertEquals(loss:numel(), 1)
+  lu.assertEquals(info.alphas.shape, {3, 8, 16})
+  lu.assertEquals(info.betas.shape, {3, 8})
+  lu.assertEquals(info.tokens, 4 + 8 + 3)
+  -- every attention row is a distribution over the 16 cells
+  local sums = info.alphas:sum(3)
+  lu.assertTrue((sums - 1):abs():max():item() < FLOAT_TOL)
+  -- an untrained model is close to uniform over the vocabulary: NLL near log V
+  lu.assertTrue(math.abs(info.nll - math.log(#WORDS + 4)) < 1.0)
+end
+
+function T.test_forward_gives_logits_over_vocabulary_per_step()
+  local cap = tiny()
+  local b = batch(CAPS)
+  local logits, alphas = cap:forward(b.images, b.captions_in)
+  lu.assertEquals(logits.shape, {3, 8, #WORDS + 4})
+  lu.assertEquals(alphas.shape, {3, 8, 16})
+end
+
+function T.test_padded_targets_do_not_change_the_loss()
+  glimpse.manual_seed(2)
+  local cap = tiny()
+  local b = batch(CAPS)
+  local l1 = cap:loss(b.images, b.captions_in, b.captions_out, b.mask):item()
+  -- garbage in padded positions of captions_out must be ignored under the mask
+  local out = b.captions_out:totable()
+  local m = b.mask:totable()
+  for k = 1, #out do for t = 1, #out[k] do if m[k][t] == 0 then out[k][t] = 5 end end end
+  local l2 = cap:loss(b.images, b.captions_in, glimpse.tensor(out), b.mask):item()
+  lu.assertAlmostEquals(l2, l1, EXACT)
+end
+
+function T.test_caption_of_one_image_gives_string_tokens_and_one_alpha_row_per_word()
+  glimpse.manual_seed(3)
+  local cap = tiny()
+  local words, tokens, alphas = cap:caption(glimpse.rand(1, 16, 16), {beam = 2})
+  lu.assertEquals(type(words), "string")
+  lu.assertEquals(type(tokens), "table")
+  lu.assertTrue(#tokens <= 6)
+  local n = 0
+  for _ in words:gmatch("%S+") do n = n + 1 end
+  lu.assertEquals(n, #tokens)
+  lu.assertEquals(alphas.shape, {#tokens, 16})
+  for _, id in ipairs(tokens) do
+    lu.assertTrue(id ~= Vocab.PAD and id ~= Vocab.START and id ~= Vocab.END)
+  end
+end
+
+function T.test_caption_of_a_batch_gives_one_caption_per_image()
+  local cap = tiny()
+  local words, tokens, alphas = cap:caption(glimpse.rand(3, 1, 16, 16), {beam = 1, max_len = 4})
+  lu.assertEquals(#words, 3)
+  lu.assertEquals(#tokens, 3)
+  for b = 1, 3 do
+    lu.assertTrue(#tokens[b] <= 4)
+    lu.assertEquals(alphas[b].shape[1], #tokens[b])
+  end
+end
+
+function T.test_greedy_caption_equals_beam_of_one_and_batch_equals_single()
+  glimpse.manual_seed(4)
+  local cap = tiny()
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  local w1 = cap:caption(imgs, {beam = 1})
+  local single = cap:caption(imgs[2], {beam = 1})
+  lu.assertEquals(single, w1[2])
+end
+
+function T.test_variants_without_gate_or_deep_output_and_other_scores_run()
+  for _, o in ipairs({{gate = false}, {deep_output = false}, {score = "general"},
+                      {score = "concat"}, {coords = true}, {output_tanh = true, dropout = 0.3}}) do
+    local cap = tiny(o)
+    local b = batch(CAPS)
+    local loss, info = cap:loss(b.images, b.captions_in, b.captions_out)
+    loss:backward()
+    lu.assertTrue(loss:item() == loss:item())
+    if o.gate == false then lu.assertNil(info.betas) end
+    cap:caption(b.images[1], {beam = 2})
+  end
+end
+
+function T.test_coords_append_two_features_in_minus_one_to_one()
+  local cap = tiny({coords = true})
+  local a = cap:annotate(glimpse.rand(2, 1, 16, 16))
+  lu.assertEquals(a.shape, {2, 16, 6 + 2})
+  local xy = a:narrow(3, 7, 2):totable()[1]
+  lu.assertAlmostEquals(xy[1][1], -0.75, EXACT)      -- cell (1,1) of 4x4: x centre
+  lu.assertAlmostEquals(xy[1][2], -0.75, EXACT)
+  lu.assertAlmostEquals(xy[16][1], 0.75, EXACT)
+  lu.assertAlmostEquals(xy[2][1], -0.25, EXACT)      -- row-major: cell 2 is one column right
+  lu.assertAlmostEquals(xy[2][2], -0.75, EXACT)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- gradients
+
+function T.test_gradcheck_of_the_loss_through_attention_gate_lstm_and_deep_output()
+  glimpse.manual_seed(5)
+  local cap = tiny({doubly_stochastic = 0.5})
+  -- v = 0 would make the attention uniform and cut the gradient to W and U
+  glimpse.no_grad(function() cap.attention.v:uniform_(-1, 1) end)
+  local b = batch({{"a", "red", "circle"}, {"a", "square", "below", "a", "circle"}})
+  local a = glimpse.no_grad(function() return cap:annotate(b.images) end)
+  local function f() return (cap:loss(a, b.captions_in, b.captions_out, b.mask)) end
+  local checks = {cap.attention.v, cap.attention.query_proj.weight, cap.attention.key_proj.weight,
+                  cap.gate.weight, cap.lstm.weight_ih, cap.out_z.weight, cap.init_h.weight,
+                  cap.embed.weight}
+  for _, p in ipairs(checks) do
+    lu.assertTrue(glimpse.gradcheck(function() return f() end, {p},
+                                    {eps = GRAD_EPS, atol = GRAD_ATOL, rtol = GRAD_RTOL,
+                                     max_elements = 40}))
+  end
+end
+
+function T.test_loss_decreases_when_fitting_one_batch()
+  glimpse.manual_seed(6)
+  local cap = tiny()
+  local b = batch(CAPS)
+  local opt = glimpse.optim.Adam(cap:parameters(), {lr = 1e-2})
+  local first, last
+  for i = 1, OVERFIT_STEPS do
+    opt:zero_grad()
+    local loss, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+    loss:backward()
+    opt:step()
+    if i == 1 then first = info.nll end
+    last = info.nll
+  end
+  lu.assertTrue(last < OVERFIT_RATIO * first,
+                string.format("nll %.3f -> %.3f after %d steps", first, last, OVERFIT_STEPS))
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the doubly stochastic penalty
+
+function T.test_doubly_stochastic_penalty_matches_hand_value()
+  local cap = tiny({doubly_stochastic = 2})
+  -- B = 2, T = 3, L = 4; the second caption's last step is padding
+  local alphas = {
+    {{0.7, 0.1, 0.1, 0.1}, {0.1, 0.7, 0.1, 0.1}, {0.25, 0.25, 0.25, 0.25}},
+    {{1, 0, 0, 0}, {0.5, 0.5, 0, 0}, {0, 0, 0, 1}},
+  }
+  local mask = {{1, 1, 1}, {1, 1, 0}}
+  local total = 0
+  for b = 1, 2 do
+    for i = 1, 4 do
+      local s = 0
+      for t = 1, 3 do s = s + mask[b][t] * alphas[b][t][i] end
+      total = total + (1 - s) ^ 2
+    end
+  end
+  local want = 2 * total / 2                     -- lambda * sum, averaged over captions
+  -- by hand: caption 1 sums (1.05, 1.05, 0.45, 0.45) -> 0.0025*2 + 0.3025*2 = 0.61;
+  -- caption 2 (1.5, 0.5, 0, 0) -> 0.25 + 0.25 + 1 + 1 = 2.5
+  lu.assertAlmostEquals(want, 2 * (0.61 + 2.5) / 2, EXACT)
+  local got = cap:penalty(glimpse.tensor(alphas), glimpse.tensor(mask)):item()
+  lu.assertAlmostEquals(got, want, FLOAT_TOL)
+end
+
+function T.test_loss_reports_the_penalty_of_its_own_alphas()
+  glimpse.manual_seed(7)
+  local cap = tiny({doubly_stochastic = 1.5})
+  local b = batch(CAPS)
+  local _, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+  local want = cap:penalty(info.alphas, b.mask):item()
+  lu.assertAlmostEquals(info.ds, want, FLOAT_TOL * math.max(1, want))
+  local off = tiny({doubly_stochastic = 0})
+  local _, info0 = off:loss(b.images, b.captions_in, b.captions_out, b.mask)
+  lu.assertEquals(info0.ds, 0)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- hard attention
+
+function T.test_hard_loss_has_reinforce_term_and_baseline_moving_average()
+  glimpse.manual_seed(8)
+  local cap = tiny({attention = "hard", soft_prob = 0, entropy = 0.01})
+  local b = batch(CAPS)
+  lu.assertNil(cap.baseline.value)
+  local _, i1 = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+  lu.assertNotNil(i1.reinforce)
+  lu.assertTrue(i1.reward < 0)                      -- a log-probability
+  lu.assertAlmostEquals(i1.baseline, i1.reward, FLOAT_TOL)   -- the first batch sets b
+  local b2 = batch({{"a", "blue", "circle"}, {"a", "red", "square"}})
+  local _, i2 = cap:loss(b2.images, b2.captions_in, b2.captions_out, b2.mask)
+  lu.assertAlmostEquals(i2.baseline_used, i1.baseline, EXACT)
+  lu.assertAlmostEquals(i2.baseline, 0.9 * i1.baseline + 0.1 * i2.reward, FLOAT_TOL)
+end
+
+function T.test_hard_attention_parameters_learn_only_through_reinforce()
+  local function attention_grad(o)
+    glimpse.manual_seed(9)
+    local cap = tiny(o)
+    glimpse.no_grad(function() cap.attention.v:uniform_(-1, 1) end)
+    local b = batch(CAPS)
+    local loss = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+    loss:backward()
+    local g = cap.attention.query_proj.weight.grad
+    return g and g:abs():sum():item() or 0
+  end
+  -- the sampled annotation is not differentiable in alpha: with the REINFORCE and entropy
+  -- terms off and no penalty, nothing reaches the attention MLP
+  local none = attention_grad({attention = "hard", soft_prob = 0, reward_weight = 0, entropy = 0,
+                               doubly_stochastic = 0})
+  lu.assertEquals(none, 0)
+  local some = attention_grad({attention = "hard", soft_prob = 0, doubly_stochastic = 0})
+  lu.assertTrue(some > 0)
+end
+
+function T.test_hard_with_expected_context_batch_has_no_reinforce_term()
+  local cap = tiny({attention = "hard", soft_prob = 1})
+  local b = batch(CAPS)
+  local _, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+  lu.assertNil(info.reinforce)
+  lu.assertNil(cap.baseline.value)
+end
+
+function T.test_hard_caption_runs_in_every_eval_mode()
+  for _, mode in ipairs({"argmax", "soft", "sample"}) do
+    local cap = tiny({attention = "hard", hard_eval = mode})
+    local words, tokens, alphas = cap:caption(glimpse.rand(1, 16, 16), {beam = 2})
+    lu.assertEquals(type(words), "string")
+    lu.assertEquals(alphas.shape[1], #tokens)
+  end
+end
+
+-- ---------------------------------------------------------------------------------------
+-- checkpoints and pictures
+
+function T.test_save_load_round_trip_gives_identical_captions()
+  glimpse.manual_seed(10)
+  local cap = tiny({attention = "hard", score = "general", coords = true, doubly_stochastic = 0.3})
+  local b = batch(CAPS)
+  local opt = glimpse.optim.Adam(cap:parameters(), {lr = 1e-2})
+  for _ = 1, 5 do            -- move away from the initialisation (and set the baseline)
+    opt:zero_grad()
+    cap:loss(b.images, b.captions_in, b.captions_out, b.mask):backward()
+    opt:step()
+  end
+  local path = tmpfile(".safetensors")
+  cap:save(path)
+  local back = Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals(back.config, cap.config)
+  lu.assertEquals(back.vocab:totable(), cap.vocab:totable())
+  lu.assertAlmostEquals(back.baseline.value, cap.baseline.value, EXACT)
+  local imgs = glimpse.rand(3, 1, 16, 16)
+  local w1, t1, a1 = cap:caption(imgs, {beam = 3})
+  local w2, t2, a2 = back:caption(imgs, {beam = 3})
+  lu.assertEquals(w2, w1)
+  lu.assertEquals(t2, t1)
+  for k = 1, 3 do
+    if #t1[k] > 0 then lu.assertEquals((a1[k] - a2[k]):abs():max():item(), 0) end
+  end
+end
+
+function T.test_caption_accepts_a_file_name()
+  glimpse.manual_seed(11)
+  local cap = tiny({image = {channels = 1, height = 16, width = 16}})
+  local img = glimpse.rand(3, 40, 40)
+  local path = tmpfile(".png")
+  glimpse.image.save(path, img)
+  local words = cap:caption(path, {beam = 1})
+  os.remove(path)
+  lu.assertEquals(type(words), "string")
+end
+
+function T.test_overlays_write_a_strip_with_one_panel_per_word()
+  glimpse.manual_seed(12)
+  local cap = tiny()
+  local img = glimpse.rand(1, 16, 16)
+  local alphas = glimpse.softmax(glimpse.randn(3, 16), 2)
+  local path = tmpfile(".png")
+  cap:overlays(img, alphas, "a red circle", path)
+  local info = glimpse.image.info(path)
+  os.remove(path)
+  lu.assertTrue(info.width >= 4 * 32)          -- image + 3 words, each drawn at 2x
+  lu.assertTrue(info.height > 32)              -- the picture and a label line
+end
+
+-- ---------------------------------------------------------------------------------------
+-- BLEU
+
+function T.test_bleu_clips_counts_papineni_example()
+  -- Papineni et al.'s example: "the" x7 against "the cat is on the mat": unigram 2/7
+  local b = metrics.bleu({"the the the the the the the"},
+                         {{"the cat is on the mat", "there is a cat on the mat"}}, {max_n = 1})
+  lu.assertAlmostEquals(b.precisions[1], 2 / 7, EXACT)
+  lu.assertEquals(b.brevity_penalty, 1)        -- 7 words, closest reference 7 words
+  lu.assertAlmostEquals(b[1], 2 / 7, EXACT)
+end
+
+function T.test_bleu_hand_value_with_brevity_penalty()
+  -- candidate 4 words, references 6 and 9 words: r = 6, BP = exp(1 - 6/4)
+  local cand = {"the cat sat down"}
+  local refs = {{"the cat sat on the mat", "a cat was sitting down on the mat"}}
+  local b = metrics.bleu(cand, refs)
+  -- unigrams: the, cat, sat, down all appear in some reference: 4/4
+  -- bigrams: "the cat", "cat sat" (ref 1); "sat down" in neither: 2/3
+  -- trigrams: "the cat sat" (ref 1); "cat sat down" no: 1/2; 4-grams: none: 0/1
+  local bp = math.exp(1 - 6 / 4)
+  lu.assertAlmostEquals(b.brevity_penalty, bp, EXACT)
+  lu.assertAlmostEquals(b.precisions[2], 2 / 3, EXACT)
+  lu.assertAlmostEquals(b[1], bp * 1, EXACT)
+  lu.assertAlmostEquals(b[2], bp * math.sqrt(1 * 2 / 3), EXACT)
+  lu.assertAlmostEquals(b[3], bp * (1 * 2 / 3 * 1 / 2) ^ (1 / 3), EXACT)
+  lu.assertEquals(b[4], 0)
+end
+
+function T.test_bleu_is_a_corpus_score_not_a_mean_of_sentence_scores()
+  -- counts add up over the corpus before dividing: (3 + 1) / (3 + 2) unigram precision
+  local b = metrics.bleu({"a b c", "x y"}, {{"a b c"}, {"x z"}}, {max_n = 1})
+  lu.assertAlmostEquals(b.precisions[1], 4 / 5, EXACT)
+  lu.assertEquals(b.length, 5)
+  lu.assertEquals(b.ref_length, 5)
+  lu.assertAlmostEquals(b[1], 4 / 5, EXACT)
+  -- a perfect corpus scores 1 at every order
+  local p = metrics.bleu({{"a", "b", "c", "d"}}, {{{"a", "b", "c", "d"}}})
+  for n = 1, 4 do lu.assertAlmostEquals(p[n], 1, EXACT) end
+end
+
+function T.test_bleu_reference_length_prefers_the_shorter_on_a_tie()
+  -- a 4-word candidate with references of 3 and 5 words: both 1 away, r = 3, so BP = 1;
+  -- with 5 chosen BP would be exp(1 - 5/4)
+  local b = metrics.bleu({"a b c d"}, {{"a b c", "a b c d e"}}, {max_n = 1})
+  lu.assertEquals(b.ref_length, 3)
+  lu.assertEquals(b.brevity_penalty, 1)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- attention inside boxes
+
+function T.test_attention_in_box_whole_cells()
+  -- a 2x2 grid on a 4x4 image: box {1,1,2,2} is exactly the top-left cell
+  local alphas = glimpse.tensor({{0.7, 0.1, 0.1, 0.1}, {0.1, 0.1, 0.1, 0.7}, {0.25, 0.25, 0.25, 0.25}})
+  local boxes = {{1, 1, 2, 2}, {3, 3, 4, 4}, nil}
+  local inside, chance = metrics.attention_in_box(alphas, boxes, {2, 2}, {4, 4})
+  lu.assertAlmostEquals(inside[1], 0.7, FLOAT_TOL)
+  lu.assertAlmostEquals(inside[2], 0.7, FLOAT_TOL)
+  lu.assertNil(inside[3])
+  lu.assertAlmostEquals(chance[1], 0.25, EXACT)
+end
+
+function T.test_attention_in_box_partial_cells_count_by_area()
+  -- box {1,1,1,2}: pixel column 1, rows 1-2 = half of the top-left cell (columns 1-2)
+  local inside = metrics.attention_in_box({{0.7, 0.1, 0.1, 0.1}}, {{1, 1, 1, 2}}, {2, 2}, {4, 4})
+  lu.assertAlmostEquals(inside[1], 0.35, EXACT)
+  -- a 3x3 grid on a 4x4 image: cells are 4/3 pixels wide; box {1,1,4,4} covers everything
+  local all = metrics.attention_in_box({{0.1, 0.1, 0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.1}},
+                                       {{1, 1, 4, 4}}, {3, 3}, {4, 4})
+  lu.assertAlmostEquals(all[1], 1, EXACT)
+  -- box {1,1,2,4}: columns 0..2 of 4: cell column 1 fully (0..4/3), column 2 half (4/3..8/3)
+  local left, chance = metrics.attention_in_box({{1, 0, 0, 0, 0, 0, 0, 0, 0},
+                                                 {0, 1, 0, 0, 0, 0, 0, 0, 0},
+                                                 {0, 0, 1, 0, 0, 0, 0, 0, 0}},
+                                                {{1, 1, 2, 4}, {1, 1, 2, 4}, {1, 1, 2, 4}},
+                                                {3, 3}, {4, 4})
+  lu.assertAlmostEquals(left[1], 1, EXACT)
+  lu.assertAlmostEquals(left[2], 0.5, EXACT)
+  lu.assertAlmostEquals(left[3], 0, EXACT)
+  lu.assertAlmostEquals(chance[1], 0.5, EXACT)     -- half the image
+end
+
+function T.test_attention_in_box_normalises_rows()
+  local inside = metrics.attention_in_box({{2, 0, 0, 2}}, {{1, 1, 2, 2}}, {2, 2}, {4, 4})
+  lu.assertAlmostEquals(inside[1], 0.5, EXACT)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- a short training run on scenes
+
+function T.test_short_training_on_tiny_scenes_lowers_the_loss()
+  glimpse.manual_seed(13)
+  local ds = glimpse.data.scenes.generate{split = "train", n = 24, seed = 3, pool = 300,
+                                          size = 32, item_size = 14, max_items = 2}
+  local cap = Captioner{vocab = ds.vocab, encoder = {in_channels = 1, channels = {8, 16}},
+                        dim_embed = 16, dim_hidden = 32, dim_att = 16, coords = true}
+  local opt = glimpse.optim.Adam(cap:parameters(), {lr = 1e-2})
+  local idx = {}
+  for i = 1, 24 do idx[i] = i end
+  local b = ds:collate(idx)
+  local first, last
+  for step = 1, 25 do
+    opt:zero_grad()
+    local loss, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+    loss:backward()
+    glimpse.optim.clip_grad_norm(cap:parameters(), 5)
+    opt:step()
+    if step == 1 then first = info.nll end
+    last = info.nll
+  end
+  lu.assertTrue(last < 0.6 * first, string.format("nll %.3f -> %.3f", first, last))
+end
+
+-- ---------------------------------------------------------------------------------------
+-- bad input
+
+function T.test_bad_options_give_clear_errors()
+  assert_error_matches("option 'vocab'", Captioner, {})
+  assert_error_matches("expected an options table", Captioner, 5)
+  assert_error_matches("'attention' must be", tiny, {attention = "medium"})
+  assert_error_matches("unknown score", tiny, {score = "telepathy"})
+  assert_error_matches("dim_hidden", tiny, {dim_hidden = 0})
+  assert_error_matches("needs dim_hidden ==", tiny, {score = "dot"})
+  assert_error_matches("doubly_stochastic", tiny, {doubly_stochastic = -1})
+  assert_error_matches("encoder", tiny, {encoder = {name = "alexnet"}})
+  assert_error_matches("encoder", tiny, {encoder = 7})
+end
+
+function T.test_bad_loss_inputs_give_clear_errors()
+  local cap = tiny()
+  local b = batch(CAPS)
+  assert_error_matches("images (B,C,H,W) or annotations", cap.loss, cap, glimpse.rand(16, 16),
+                       b.captions_in, b.captions_out)
+  assert_error_matches("channel", cap.loss, cap, glimpse.rand(3, 3, 16, 16), b.captions_in,
+                       b.captions_out)
+  assert_error_matches("same shape", cap.loss, cap, b.images, b.captions_in,
+                       b.captions_out:narrow(2, 1, 3))
+  assert_error_matches("1..11", cap.loss, cap, b.images, b.captions_in + 20, b.captions_out)
+  assert_error_matches("mask must be", cap.loss, cap, b.images, b.captions_in, b.captions_out,
+                       glimpse.ones(2, 2))
+  assert_error_matches("2 images but 3 captions", cap.loss, cap, glimpse.rand(2, 1, 16, 16),
+                       b.captions_in, b.captions_out)
+  assert_error_matches("too small", cap.loss, cap, glimpse.rand(3, 1, 2, 2), b.captions_in,
+                       b.captions_out)
+end
+
+function T.test_bad_caption_and_file_inputs_give_clear_errors()
+  local cap = tiny()
+  assert_error_matches("beam", cap.caption, cap, glimpse.rand(1, 16, 16), {beam = 0})
+  assert_error_matches("max_len", cap.caption, cap, glimpse.rand(1, 16, 16), {max_len = 1.5})
+  assert_error_matches("image", cap.caption, cap, 42)
+  assert_error_matches("/no/such/file.png", cap.caption, cap, "/no/such/file.png")
+  assert_error_matches("words but", cap.overlays, cap, glimpse.rand(1, 16, 16),
+                       glimpse.rand(2, 16), "one", "/tmp/x.png")
+  local path = tmpfile(".safetensors")
+  glimpse.save(path, {w = glimpse.zeros(2)})
+  assert_error_matches("not a captioner checkpoint", Captioner.load, path)
+  os.remove(path)
+  assert_error_matches("Captioner.load", Captioner.load, "/no/such/model.safetensors")
+end
+
+function T.test_bad_metric_inputs_give_clear_errors()
+  assert_error_matches("2 candidates but 1 reference", metrics.bleu, {"a", "b"}, {{"a"}})
+  assert_error_matches("no references", metrics.bleu, {"a"}, {{}})
+  assert_error_matches("alpha row 1 has 3 entries", metrics.attention_in_box, {{1, 0, 0}},
+                       {{1, 1, 2, 2}}, {2, 2}, {4, 4})
+  assert_error_matches("grid_hw", metrics.attention_in_box, {{1, 0, 0, 0}}, {{1, 1, 2, 2}},
+                       {0, 2}, {4, 4})
+  assert_error_matches("x2 < x1", metrics.attention_in_box, {{1, 0, 0, 0}}, {{3, 1, 2, 2}},
+                       {2, 2}, {4, 4})
+end
+
+return T
