@@ -705,4 +705,8 @@ function M.fill_deterministic_(m, seed)
   return m
 end
 
+-- the Show, Attend and Tell captioner, also reachable as glimpse.captioner (it requires this
+-- module only on first use, so there is no loop)
+M.Captioner = require("glimpse.captioner").Captioner
+
 return M
