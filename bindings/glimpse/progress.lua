@@ -169,18 +169,8 @@ end
 
 --- bar:pause() / bar:resume(): time between them does not count (evaluation inside a
 -- training loop, for instance), so the rate and ETA describe the work being counted.
-function Bar:pause()
-  if not self.paused_at then self.paused_at = self.clock() end
-  return self
-end
-
-function Bar:resume()
-  if self.paused_at then
-    self.t0 = self.t0 + (self.clock() - self.paused_at)
-    self.paused_at = nil
-  end
-  return self
-end
+local timer = require("glimpse.util").timer_methods
+Bar.pause, Bar.resume = timer.pause, timer.resume
 
 -- the user fields, in the requested order then sorted
 local function field_text(self, sep)

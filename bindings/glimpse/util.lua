@@ -381,6 +381,10 @@ function Timer:resume()
   return self
 end
 
+-- the Timer methods, shared with objects that keep the same t0 / paused_at / clock fields
+-- (glimpse.progress bars pause and resume this way)
+M.timer_methods = Timer
+
 --- util.time(fn, ...) -> seconds, fn's results: one timed call.
 function M.time(fn, ...)
   if type(fn) ~= "function" then fail(2, "util.time: expected a function, got %s", type(fn)) end
