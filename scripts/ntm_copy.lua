@@ -63,12 +63,7 @@ local args = parser:parse(arg)
 
 local function int_flag(name, lo)
   local key = name:gsub("-", "_")
-  local v = args[key]
-  if type(v) == "number" and v % 1 == 0 then v = math.tointeger(v) end
-  if math.type(v) ~= "integer" or v < lo then
-    parser:error(string.format("--%s must be an integer >= %d, got %s", name, lo, tostring(args[key])))
-  end
-  args[key] = v
+  args[key] = util.int_flag(parser, name, args[key], lo)
 end
 
 if args.quick then

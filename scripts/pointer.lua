@@ -65,14 +65,7 @@ parser:option("--out", "output folder (default out/pointer-<task>-n<N>)")
 parser:flag("--quick", "a short demo: about a minute (small sets, 60 s of training)")
 local args = parser:parse(arg)
 
-local function int_flag(name, v, lo)
-  if math.type(v) ~= "integer" then
-    if type(v) == "number" and v % 1 == 0 then return math.tointeger(v) end
-    parser:error(string.format("--%s must be an integer, got %s", name, tostring(v)))
-  end
-  if v < lo then parser:error(string.format("--%s must be >= %d, got %d", name, lo, v)) end
-  return v
-end
+local function int_flag(name, v, lo) return util.int_flag(parser, name, v, lo) end
 
 local n_lo, n_hi = args.n, args.n
 if args.n_min or args.n_max then

@@ -343,6 +343,19 @@ function M.output_dir(path, config)
 end
 
 -- ---------------------------------------------------------------------------------------
+-- command-line flags
+
+--- util.int_flag(parser, name, v, lo) -> v as an integer; an argparse parser's error (usage
+-- and exit) naming --name unless v is a whole number >= lo.  argparse's tonumber gives floats.
+function M.int_flag(parser, name, v, lo)
+  if type(v) == "number" and v % 1 == 0 then v = math.tointeger(v) end
+  if math.type(v) ~= "integer" or v < lo then
+    parser:error(string.format("--%s must be an integer >= %d, got %s", name, lo, tostring(v)))
+  end
+  return v
+end
+
+-- ---------------------------------------------------------------------------------------
 -- timing
 
 local Timer = {}
