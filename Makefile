@@ -24,9 +24,10 @@ ENGINE_OBJ   := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 BINDING_OBJ  := $(BINDING_SRC:%.c=$(BUILD)/%.o)
 HEADERS      := $(wildcard engine/*.h bindings/*.h)
 
-# Debian packages the build, the tests and the demo need
+# Debian packages the build, the tests and the demo need (chromium: tests/test_report.lua
+# renders a report headless and checks its layout)
 DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev \
-            dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev
+            dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium
 STAMP    := $(BUILD)/.deps-ok
 
 .PHONY: all deps test asan demo install clean bench fixtures check-warnings

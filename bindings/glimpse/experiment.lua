@@ -1,0 +1,358 @@
+--- glimpse.experiment -- what every experiment script does around its model: the common
+-- flags, seeding, BLAS threads, the output folder, the configuration header, run.json (how
+-- the results were made, on what machine) and metrics.json.
+--
+--   local experiment = glimpse.experiment
+--   local parser = experiment.parser("seq2seq", "Train a seq2seq model.",
+--                                    {steps = 4000, eval_every = 250, quick = {steps = 300}})
+--   parser:option("--lr", "Adam learning rate", "0.003"):convert(tonumber)
+--   local args = experiment.parse(parser)
+--   local run = experiment.start(args, {name = "seq2seq", config = cfg})
+--   ...
+--   run:write_run_json()
+--   run:write_metrics({accuracy = acc, history = history})
+--
+-- Flags come from lua-argparse (Debian package lua-argparse).  A --config FILE is a Lua file
+-- returning a table of flag values ({lr = 0.01, steps = 500}, underscores for dashes); its
+-- values replace the defaults, and flags given on the command line replace both.
+local glimpse = require "glimpse"
+local util = require "glimpse.util"
+
+local M = {}
+
+local function fail(level, fmt, ...)
+  error(string.format(fmt, ...), level + 1)
+end
+
+-- the common flags: name, help, default key, integer lower bound (nil: a number)
+local COMMON = {
+  {"--seed", "random seed", "seed", 0},
+  {"--threads", "BLAS threads (0: leave as is)", "threads", 0},
+  {"--steps", "training steps (the step budget ends a run)", "steps", 0},
+  {"--time-limit", "most training seconds (a guard; results come from the step budget)",
+   "time_limit"},
+  {"--eval-every", "steps between evaluations", "eval_every", 1},
+  {"--log-every", "steps between progress lines", "log_every", 1},
+}
+local DEFAULTS = {seed = 1, threads = 1, steps = 1000, time_limit = 3600, eval_every = 250,
+                  log_every = 50}
+local KNOWN_DEFAULTS = {seed = true, threads = true, steps = true, time_limit = true,
+                        eval_every = true, log_every = true, out = true, quick = true}
+
+--- experiment.parser(name, description, defaults) -> an argparse parser with the common
+--- flags: --seed, --threads, --out, --quick, --steps, --time-limit, --config, --eval-every,
+--- --log-every.  defaults: {seed=1, threads=1, steps=1000, time_limit=3600, eval_every=250,
+--- log_every=50, out="out/<name>", quick={flag = value, ...}} where `quick` holds the
+--- values --quick puts in place (unless given on the command line).  Add the script's own
+--- options to the parser, then call experiment.parse(parser).
+function M.parser(name, description, defaults)
+  if type(name) ~= "string" or name == "" then
+    fail(2, "experiment.parser: name must be a non-empty string, got %s", tostring(name))
+  end
+  if description ~= nil and type(description) ~= "string" then
+    fail(2, "experiment.parser: description must be a string, got %s", type(description))
+  end
+  defaults = defaults or {}
+  if type(defaults) ~= "table" then
+    fail(2, "experiment.parser: defaults must be a table, got %s", type(defaults))
+  end
+  for k in pairs(defaults) do
+    if not KNOWN_DEFAULTS[k] then
+      fail(2, "experiment.parser: unknown default '%s' (known: seed, threads, steps, time_limit, "
+           .. "eval_every, log_every, out, quick)", tostring(k))
+    end
+  end
+  if defaults.quick ~= nil and type(defaults.quick) ~= "table" then
+    fail(2, "experiment.parser: defaults.quick must be a table of flag values")
+  end
+  local argparse = require "argparse"
+  local parser = argparse(name, description)
+  for _, c in ipairs(COMMON) do
+    local key = c[3]
+    local d = defaults[key]
+    if d == nil then d = DEFAULTS[key] end
+    parser:option(c[1], c[2], tostring(d)):convert(tonumber)
+  end
+  parser:option("--out", "output folder", defaults.out or ("out/" .. name))
+  parser:flag("--quick", "a short run (a demo or a smoke test)")
+  parser:option("--config", "a Lua file returning a table of flag values ({lr = 0.01, ...})")
+  rawset(parser, "_glimpse_quick", defaults.quick or {})
+  rawset(parser, "_glimpse_name", name)
+  return parser
+end
+
+-- the option targets the parser knows ("time_limit" for --time-limit), key -> true
+local function targets(parser)
+  local out = {}
+  for _, o in ipairs(parser._options or {}) do
+    local t = o._target or o:_get_default_target()
+    if t then out[t] = true end
+  end
+  return out
+end
+
+-- the targets named on the command line (explicit flags beat --config and --quick)
+local function explicit(argv)
+  local out = {}
+  for _, a in ipairs(argv) do
+    local name = type(a) == "string" and a:match("^%-%-([%w][%w%-]*)")
+    if name then out[(name:gsub("%-", "_"))] = true end
+  end
+  return out
+end
+
+local function parse_error(parser, raise, msg)
+  if raise then error("experiment.parse: " .. msg, 3) end
+  parser:error(msg)
+end
+
+--- experiment.parse(parser [, argv [, {raise=false}]]) -> args.  Parses argv (default the
+--- global arg), then applies --config FILE and --quick's values where no flag was given,
+--- and checks that the common integer flags are whole numbers.  A problem prints the usage
+--- and exits (argparse's way), or raises an error with raise = true.
+function M.parse(parser, argv, opts)
+  if type(parser) ~= "table" or type(parser.pparse) ~= "function" then
+    fail(2, "experiment.parse: expected a parser from experiment.parser, got %s", type(parser))
+  end
+  argv = argv or rawget(_G, "arg") or {}
+  local raise = opts and opts.raise
+  local list = {}
+  for i = 1, #argv do list[i] = argv[i] end
+  local ok, args = parser:pparse(list)
+  if not ok then return parse_error(parser, raise, args) end
+  local given = explicit(list)
+  local known = targets(parser)
+  local function apply(values, what)
+    for k, v in pairs(values) do
+      if type(k) ~= "string" or not known[k] then
+        parse_error(parser, raise, string.format("%s: unknown flag '%s'", what, tostring(k)))
+      end
+      if not given[k] then args[k] = v end
+    end
+  end
+  if args.config then
+    local chunk, err = loadfile(args.config, "t", {math = math, string = string})
+    if not chunk then parse_error(parser, raise, "--config: " .. tostring(err)) end
+    local cok, values = pcall(chunk)
+    if not cok or type(values) ~= "table" then
+      parse_error(parser, raise, string.format("--config %s must return a table of flag values%s",
+                                               args.config, cok and "" or (": " .. tostring(values))))
+    end
+    apply(values, "--config " .. args.config)
+  end
+  args.quick = args.quick or false
+  if args.quick then apply(rawget(parser, "_glimpse_quick") or {}, "quick") end
+  for _, c in ipairs(COMMON) do
+    local key, lo = c[3], c[4]
+    local v = args[key]
+    if lo then
+      if type(v) == "number" and v % 1 == 0 then v = math.tointeger(v) end
+      if math.type(v) ~= "integer" or v < lo then
+        parse_error(parser, raise, string.format("%s must be an integer >= %d, got %s", c[1], lo,
+                                                 tostring(args[key])))
+      end
+      args[key] = v
+    elseif type(v) ~= "number" or not (v > 0) then
+      parse_error(parser, raise, string.format("%s must be a positive number, got %s", c[1],
+                                               tostring(v)))
+    end
+  end
+  return args
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the machine
+
+local function read_file(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function source_commit()
+  local path = package.searchpath("glimpse.experiment", package.path)
+  local root = path and path:match("^(.*)/bindings/glimpse/experiment%.lua$")
+  if not root or not util.is_dir(root .. "/.git") and not util.exists(root .. "/.git") then
+    return nil
+  end
+  local p = io.popen("git -C " .. util.shell_quote(root) .. " rev-parse --short HEAD 2>/dev/null")
+  local s = p and p:read("l")
+  if p then p:close() end
+  return s ~= "" and s or nil
+end
+
+--- experiment.machine() -> {cpu=, cores=, loadavg=, blas={core=, threads=, config=},
+--- glimpse=, commit=, lua=}: the facts run.json records.
+function M.machine()
+  local info = read_file("/proc/cpuinfo") or ""
+  local cores = 0
+  for _ in info:gmatch("\nprocessor%s*:") do cores = cores + 1 end
+  if info:match("^processor%s*:") then cores = cores + 1 end
+  local blas = glimpse.blas_info()
+  return {cpu = info:match("model name%s*:%s*([^\n]+)"), cores = cores > 0 and cores or nil,
+          loadavg = util.loadavg(), blas = {core = blas.core, threads = blas.threads,
+                                            config = blas.config},
+          glimpse = glimpse.version, commit = source_commit(), lua = _VERSION}
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the run
+
+local Run = {}
+Run.__index = Run
+
+local function value_text(v)
+  if type(v) == "number" then
+    if math.type(v) == "integer" then return tostring(v) end
+    return string.format("%g", v)
+  end
+  if type(v) == "table" then
+    local ok, s = pcall(util.json_encode, v)
+    return ok and s or tostring(v)
+  end
+  return tostring(v)
+end
+
+local function pairs_text(t)
+  local keys = {}
+  for k, v in pairs(t) do
+    if type(v) ~= "function" and type(v) ~= "userdata" then keys[#keys + 1] = tostring(k) end
+  end
+  table.sort(keys)
+  local parts = {}
+  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. value_text(t[k]) end
+  return table.concat(parts, " ")
+end
+
+-- the flags as plain values (argparse results hold only strings, numbers, booleans, tables)
+local function plain(t)
+  local out = {}
+  for k, v in pairs(t) do
+    local tv = type(v)
+    if tv == "string" or tv == "number" or tv == "boolean" then out[k] = v
+    elseif tv == "table" then out[k] = plain(v) end
+  end
+  return out
+end
+
+--- experiment.start(args, {name=, config=, out=, quiet=false}) -> run.  Seeds glimpse
+--- (glimpse.manual_seed(args.seed)), sets the BLAS threads (args.threads > 0), creates the
+--- output folder (args.out, or opts.out, or out/<name>) and prints the configuration
+--- header: the flags and the model config.
+function M.start(args, opts)
+  if type(args) ~= "table" then fail(2, "experiment.start: args must be the table from parse, got %s", type(args)) end
+  opts = opts or {}
+  if type(opts) ~= "table" then fail(2, "experiment.start: options must be a table, got %s", type(opts)) end
+  local name = opts.name or "experiment"
+  if type(name) ~= "string" then fail(2, "experiment.start: name must be a string") end
+  if opts.config ~= nil and type(opts.config) ~= "table" then
+    fail(2, "experiment.start: config must be a table, got %s", type(opts.config))
+  end
+  local seed = args.seed or 1
+  if math.type(seed) ~= "integer" then
+    if type(seed) == "number" and seed % 1 == 0 then seed = math.tointeger(seed)
+    else fail(2, "experiment.start: args.seed must be an integer, got %s", tostring(seed)) end
+  end
+  glimpse.manual_seed(seed)
+  if args.threads and args.threads > 0 then glimpse.set_num_threads(math.tointeger(args.threads)) end
+  local dir = args.out or opts.out or ("out/" .. name)
+  util.mkdir_p(dir)
+  local run = setmetatable({name = name, args = args, config = opts.config or {}, dir = dir,
+                            seed = seed, quiet = opts.quiet or false,
+                            started = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+                            timer = util.Timer()}, Run)
+  run:print(string.format("%s: %s", name, pairs_text(plain(args))))
+  if next(run.config) then run:print(string.format("  config: %s", pairs_text(run.config))) end
+  run:print(string.format("  threads %d, output %s", glimpse.get_num_threads(), dir))
+  return run
+end
+
+--- run:print(...) prints like print unless the run is quiet.
+function Run:print(...)
+  if not self.quiet then print(...) end
+end
+
+--- run:path(name) -> "<output folder>/<name>".
+function Run:path(name)
+  if type(name) ~= "string" or name == "" then
+    fail(2, "run:path: name must be a non-empty string, got %s", tostring(name))
+  end
+  return self.dir .. "/" .. name
+end
+
+--- experiment.count_params(model) -> the number of numbers in model:parameters() (or in
+--- an array of tensors).
+function M.count_params(model)
+  local params = model
+  if type(model) == "table" and type(model.parameters) == "function" then params = model:parameters() end
+  if type(params) ~= "table" then
+    fail(2, "experiment.count_params: expected a module or an array of tensors, got %s", type(model))
+  end
+  local n = 0
+  for i, p in ipairs(params) do
+    if not glimpse.is_tensor(p) then
+      fail(2, "experiment.count_params: entry %d is a %s, expected a tensor", i, type(p))
+    end
+    n = n + p:numel()
+  end
+  return n
+end
+
+--- run:count_params(model) -> n: counts the parameters, prints "<name>: N parameters" and
+--- keeps the count for run.json and metrics.json (field params).
+function Run:count_params(model)
+  local n = M.count_params(model)
+  self.params = n
+  self:print(string.format("%s: %d parameters", self.name, n))
+  return n
+end
+
+--- run:trainer_options(extra) -> {seed=, steps=, time_limit=, eval_every=, log_every=} from
+--- the flags, with extra's entries added: the options a glimpse.train.Trainer takes.
+function Run:trainer_options(extra)
+  local a = self.args
+  local o = {seed = self.seed, steps = a.steps, time_limit = a.time_limit,
+             eval_every = a.eval_every, log_every = a.log_every}
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
+end
+
+--- run:seconds() -> seconds since experiment.start.
+function Run:seconds()
+  return self.timer:elapsed()
+end
+
+--- run:write_run_json([extra]) writes <out>/run.json: name, command, config = {args=flags,
+--- model=config}, glimpse version and commit, lua, blas = {core, threads}, machine = {cpu,
+--- cores, loadavg, blas}, started (UTC), seed, params (after count_params); extra's entries
+--- are added on top.  Returns the path.
+function Run:write_run_json(extra)
+  if extra ~= nil and type(extra) ~= "table" then
+    fail(2, "run:write_run_json: extra must be a table, got %s", type(extra))
+  end
+  local m = M.machine()
+  local doc = {name = self.name, command = util.command_line(),
+               config = {args = plain(self.args), model = self.config},
+               glimpse = m.glimpse, commit = m.commit, lua = m.lua,
+               blas = {core = m.blas.core, threads = m.blas.threads},
+               machine = {cpu = m.cpu, cores = m.cores, loadavg = m.loadavg, blas = m.blas},
+               started = self.started, seed = self.seed, params = self.params}
+  for k, v in pairs(extra or {}) do doc[k] = v end
+  return util.write_json(self:path("run.json"), doc, {indent = 2})
+end
+
+--- run:write_metrics(tbl) writes tbl to <out>/metrics.json atomically (indent 2), adding
+--- threads (the BLAS threads) and params (after count_params) when tbl has none.
+--- Returns the path.
+function Run:write_metrics(tbl)
+  if type(tbl) ~= "table" then fail(2, "run:write_metrics: expected a table, got %s", type(tbl)) end
+  local doc = {}
+  for k, v in pairs(tbl) do doc[k] = v end
+  if doc.threads == nil then doc.threads = glimpse.get_num_threads() end
+  if doc.params == nil then doc.params = self.params end
+  return util.write_json(self:path("metrics.json"), doc, {indent = 2})
+end
+
+return M

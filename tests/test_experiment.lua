@@ -1,0 +1,156 @@
+-- tests/test_experiment.lua -- glimpse.experiment: the common flags, --config files and
+-- --quick values against explicit flags, the output folder, the configuration header,
+-- run.json and metrics.json.
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+local experiment = glimpse.experiment
+local util = glimpse.util
+
+local T = {}
+
+local function tmpdir(tag)
+  local d = string.format("/tmp/glimpse-test-experiment-%d-%s", util.pid(), tag)
+  os.execute("rm -rf " .. util.shell_quote(d))
+  return d
+end
+
+local function parser()
+  local p = experiment.parser("toy", "A toy experiment.",
+                              {steps = 400, eval_every = 50, quick = {steps = 20, lr = 0.5}})
+  p:option("--lr", "learning rate", "0.01"):convert(tonumber)
+  p:option("--hidden", "hidden size", "16"):convert(tonumber)
+  return p
+end
+
+local function parse(argv)
+  return experiment.parse(parser(), argv, {raise = true})
+end
+
+function T.test_common_flags_have_defaults_and_parse()
+  local a = parse({})
+  lu.assertEquals(a.seed, 1)
+  lu.assertEquals(a.threads, 1)
+  lu.assertEquals(a.steps, 400)
+  lu.assertEquals(math.type(a.steps), "integer")
+  lu.assertEquals(a.eval_every, 50)
+  lu.assertEquals(a.log_every, 50)
+  lu.assertEquals(a.time_limit, 3600)
+  lu.assertEquals(a.out, "out/toy")
+  lu.assertFalse(a.quick)
+  a = parse({"--seed", "7", "--steps", "12", "--time-limit", "9.5", "--out", "/tmp/x",
+             "--eval-every", "3", "--log-every=4", "--threads", "2"})
+  lu.assertEquals({a.seed, a.steps, a.time_limit, a.out, a.eval_every, a.log_every, a.threads},
+                  {7, 12, 9.5, "/tmp/x", 3, 4, 2})
+end
+
+function T.test_quick_values_apply_unless_the_flag_is_given()
+  local a = parse({"--quick"})
+  lu.assertEquals(a.steps, 20)
+  lu.assertEquals(a.lr, 0.5)
+  a = parse({"--quick", "--steps", "33"})
+  lu.assertEquals(a.steps, 33)
+  lu.assertEquals(a.lr, 0.5)
+end
+
+function T.test_config_file_overrides_defaults_but_not_explicit_flags()
+  local d = tmpdir("config")
+  util.mkdir_p(d)
+  util.write_text(d .. "/c.lua", "return {lr = 0.25, hidden = 64, steps = 99, seed = 5}\n")
+  local a = parse({"--config", d .. "/c.lua", "--seed", "3"})
+  lu.assertEquals(a.lr, 0.25)
+  lu.assertEquals(a.hidden, 64)
+  lu.assertEquals(a.steps, 99)
+  lu.assertEquals(a.seed, 3)
+  util.write_text(d .. "/bad.lua", "return {lernrate = 1}\n")
+  local ok, err = pcall(parse, {"--config", d .. "/bad.lua"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "unknown flag 'lernrate'")
+  util.write_text(d .. "/notable.lua", "return 42\n")
+  ok, err = pcall(parse, {"--config", d .. "/notable.lua"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "must return a table")
+end
+
+function T.test_bad_values_of_common_flags_are_errors()
+  local ok, err = pcall(parse, {"--steps", "2.5"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "--steps must be an integer >= 0")
+  ok, err = pcall(parse, {"--eval-every", "0"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "--eval-every must be an integer >= 1")
+  ok, err = pcall(parse, {"--bogus"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "bogus")
+  ok, err = pcall(experiment.parser, "toy", "x", {stpes = 3})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "unknown default 'stpes'")
+end
+
+function T.test_start_seeds_makes_the_folder_and_paths()
+  local d = tmpdir("start")
+  local a = parse({"--out", d .. "/deep/er", "--seed", "42"})
+  local run = experiment.start(a, {name = "toy", config = {hidden = 16}, quiet = true})
+  lu.assertTrue(util.is_dir(d .. "/deep/er"))
+  lu.assertEquals(run:path("x.png"), d .. "/deep/er/x.png")
+  local r1 = glimpse.rand(3):totable()
+  glimpse.manual_seed(42)
+  lu.assertEquals(glimpse.rand(3):totable(), r1)
+  lu.assertEquals(glimpse.get_num_threads(), 1)
+  local o = run:trainer_options({clip = 1})
+  lu.assertEquals({o.seed, o.steps, o.eval_every, o.log_every, o.clip}, {42, 400, 50, 50, 1})
+end
+
+function T.test_run_json_records_command_config_and_machine()
+  local d = tmpdir("runjson")
+  local a = parse({"--out", d, "--lr", "0.125"})
+  local run = experiment.start(a, {name = "toy", config = {hidden = 16}, quiet = true})
+  local n = run:count_params(glimpse.nn.Linear(3, 2))
+  lu.assertEquals(n, 8)
+  run:write_run_json({note = "extra"})
+  local j = util.read_json(d .. "/run.json")
+  lu.assertEquals(j.name, "toy")
+  lu.assertEquals(j.config.args.lr, 0.125)
+  lu.assertEquals(j.config.model.hidden, 16)
+  lu.assertEquals(j.params, 8)
+  lu.assertEquals(j.note, "extra")
+  lu.assertEquals(j.glimpse, glimpse.version)
+  lu.assertEquals(j.blas.core, glimpse.blas_info().core)
+  lu.assertEquals(j.blas.threads, 1)
+  lu.assertTrue(j.machine.cores >= 1)
+  lu.assertEquals(type(j.machine.cpu), "string")
+  lu.assertEquals(type(j.machine.loadavg), "string")
+  lu.assertNotNil(j.started:match("^%d+%-%d+%-%d+T%d+:%d+:%d+Z$"))
+end
+
+function T.test_metrics_json_is_written_with_threads_and_params()
+  local d = tmpdir("metrics")
+  local run = experiment.start(parse({"--out", d}), {name = "toy", quiet = true})
+  run:count_params({glimpse.zeros(2, 5), glimpse.zeros(3)})
+  run:write_metrics({accuracy = 0.75, history = {{step = 1, loss = 0.5}}})
+  local j = util.read_json(d .. "/metrics.json")
+  lu.assertEquals(j.accuracy, 0.75)
+  lu.assertEquals(j.history[1].loss, 0.5)
+  lu.assertEquals(j.threads, 1)
+  lu.assertEquals(j.params, 13)
+  local ok, err = pcall(run.write_metrics, run, 3)
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "run:write_metrics: expected a table")
+end
+
+function T.test_header_prints_flags_and_config()
+  local d = tmpdir("header")
+  local lines = {}
+  local real_print = print
+  print = function(...) lines[#lines + 1] = table.concat({...}, "\t") end    -- luacheck: ignore
+  local ok, err = pcall(experiment.start, parse({"--out", d, "--hidden", "32"}),
+                        {name = "toy", config = {score = "dot"}})
+  print = real_print                                                          -- luacheck: ignore
+  lu.assertTrue(ok, tostring(err))
+  local text = table.concat(lines, "\n")
+  lu.assertStrContains(text, "toy: ")
+  lu.assertStrContains(text, "hidden=32")
+  lu.assertStrContains(text, "score=dot")
+  lu.assertStrContains(text, "output " .. d)
+end
+
+return T
