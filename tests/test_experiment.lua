@@ -97,7 +97,9 @@ function T.test_start_seeds_makes_the_folder_and_paths()
   lu.assertEquals(glimpse.rand(3):totable(), r1)
   lu.assertEquals(glimpse.get_num_threads(), 1)
   local o = run:trainer_options({clip = 1})
-  lu.assertEquals({o.seed, o.steps, o.eval_every, o.log_every, o.clip}, {42, 400, 50, 50, 1})
+  lu.assertEquals({o.seed, o.steps, o.log_every, o.clip}, {42, 400, 50, 1})
+  lu.assertNil(o.eval_every)
+  lu.assertEquals(run:trainer_options({evaluate = print}).eval_every, 50)
 end
 
 function T.test_run_json_records_command_config_and_machine()

@@ -309,13 +309,19 @@ function Run:count_params(model)
   return n
 end
 
---- run:trainer_options(extra) -> {seed=, steps=, time_limit=, eval_every=, log_every=} from
---- the flags, with extra's entries added: the options a glimpse.train.Trainer takes.
+--- run:trainer_options([extra]) -> {seed=, steps=, time_limit=, log_every=, eval_every=}
+--- from the flags, with extra's entries added: the options a glimpse.train.Trainer takes.
+--- eval_every comes along only when extra has an evaluate function.
 function Run:trainer_options(extra)
+  if extra ~= nil and type(extra) ~= "table" then
+    fail(2, "run:trainer_options: extra must be a table, got %s", type(extra))
+  end
   local a = self.args
   local o = {seed = self.seed, steps = a.steps, time_limit = a.time_limit,
-             eval_every = a.eval_every, log_every = a.log_every}
-  for k, v in pairs(extra or {}) do o[k] = v end
+             log_every = a.log_every}
+  extra = extra or {}
+  if extra.evaluate then o.eval_every = a.eval_every end
+  for k, v in pairs(extra) do o[k] = v end
   return o
 end
 

@@ -25,8 +25,8 @@ local glimpse = require "glimpse"
 local optim = require "glimpse.optim"
 local progress = require "glimpse.progress"
 local util = require "glimpse.util"
-local batches = require "datasets.batches"
-local Rng = require "datasets.rng"
+local gdata = require "glimpse.data"    -- finds datasets/ in the source tree and installed
+local batches, Rng = gdata.batches, gdata.Rng
 
 local M = {}
 
