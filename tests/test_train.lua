@@ -385,4 +385,53 @@ print("RESULT", h.stopped, h.interrupted, h.steps)
   lu.assertTrue(tonumber(steps) >= 20)
 end
 
+-- Ctrl-C during an evaluation: its random draws are undone and it runs again on resume, so
+-- straight, and interrupted + resumed, give the same evaluations and parameters
+function T.test_sigint_during_evaluation_resumes_identically()
+  local d = tmpdir("sigint-eval")
+  local script = d .. "/run.lua"
+  util.write_text(script, string.format([[
+local glimpse = require "glimpse"
+local nn = glimpse.nn
+glimpse.manual_seed(1)
+local net = nn.Sequential{nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1)}
+net.loss = function(self, b) return glimpse.mse_loss(self(b.x), b.y) end
+local slow = os.getenv("SLOW_EVAL")
+local h = glimpse.train.Trainer{model = net, optimizer = {"Adam", lr = 0.01}, steps = 40,
+  progress = false, checkpoint = os.getenv("CKPT"), eval_every = 10,
+  data = function() local x = glimpse.randn(16, 3) return {x = x, y = x:sum(2, true)} end,
+  evaluate = function(m, step)
+    local r = glimpse.rand(1):item()
+    if step == 20 and slow then
+      io.open(%q, "w"):close()
+      local t = os.clock()
+      while os.clock() - t < 20 do end
+    end
+    return {r = r}
+  end}:fit()
+print("RESULT", h.stopped, h.steps)
+for _, e in ipairs(h.evals) do print(e.step, string.format("%%.17g", e.r)) end
+print(string.format("%%.17g", net:parameters()[1]:sum():item()))
+]], d .. "/started"))
+  local exe = util.shell_quote(arg and arg[-1] or "build/glimpse")
+  local function run(env)
+    local p = io.popen(string.format("%s %s %s 2>&1", env, exe, script))
+    local out = p:read("a")
+    p:close()
+    return out
+  end
+  local straight = run("CKPT=" .. d .. "/a.safetensors")
+  lu.assertStrContains(straight, "RESULT\tsteps\t40")
+  local p = io.popen(string.format("(SLOW_EVAL=1 CKPT=%s/b.safetensors %s %s > %s/int.txt 2>&1 & "
+                                   .. "pid=$!; i=0; while [ ! -e %s/started ] && [ $i -lt 300 ]; "
+                                   .. "do sleep 0.05; i=$((i+1)); done; kill -INT $pid; wait $pid)",
+                                   d, exe, script, d, d))
+  p:read("a")
+  p:close()
+  local out = util.read_text(d .. "/int.txt")
+  lu.assertStrContains(out, "RESULT\tinterrupted\t20", out)
+  local resumed = run("CKPT=" .. d .. "/b.safetensors")
+  lu.assertEquals(resumed, straight)
+end
+
 return T

@@ -32,7 +32,6 @@ local M = {}
 
 local Trainer = {}
 Trainer.__index = Trainer
-M.Trainer_class = Trainer
 
 local SMOOTHING = 0.95         -- moving average of the loss: ema = 0.95 ema + 0.05 loss
 local DEFAULT_LOG_EVERY = 50
@@ -331,7 +330,7 @@ function Trainer:elapsed()
 end
 
 local function better(spec, a, b)
-  if b == nil then return true end
+  if type(b) ~= "number" or b ~= b then return true end     -- none yet (or NaN, JSON null)
   if spec.mode == "max" then return a > b end
   return a < b
 end
@@ -441,6 +440,14 @@ end
 
 local function int_of(x) return math.tointeger(x) or x end
 
+local function numbers_only(t)
+  local out = {}
+  for k, v in pairs(type(t) == "table" and t or {}) do
+    if type(v) == "number" then out[k] = v end
+  end
+  return out
+end
+
 local function ints(t)
   if type(t) ~= "table" then return t end
   for k, v in pairs(t) do
@@ -463,10 +470,11 @@ function Trainer:load_checkpoint(path)
   self.optimizer:load_state_dict(tensors, meta, "optimizer.")
   if self.schedule then self.schedule:load_state_dict(meta, "schedule.") end
   self.step, self.epoch, self.index = int_of(st.step), int_of(st.epoch), int_of(st.index)
-  self.seconds, self.ema = st.seconds, st.ema
-  self.ema_stats = st.ema_stats or {}
-  self.acc = st.acc or {n = 0, loss = 0, stats = {}}
-  self.acc.n = int_of(self.acc.n)
+  self.seconds = st.seconds
+  self.ema = type(st.ema) == "number" and st.ema or nil     -- a NaN comes back as JSON null
+  self.ema_stats = numbers_only(st.ema_stats)
+  self.acc = st.acc or {n = 0, loss = 0}
+  self.acc.n, self.acc.stats = int_of(self.acc.n), numbers_only(self.acc.stats)
   local h = st.history or {}
   ints(h)
   self.history = {losses = h.losses or {}, evals = h.evals or {}, best = h.best,
