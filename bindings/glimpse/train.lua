@@ -239,7 +239,7 @@ end
 
 -- the next batch: generated, or the next one of the epoch's order (a new epoch's order,
 -- from (seed, epoch), when the last one ran out)
-function Trainer:next_batch()
+function Trainer:_next_batch()
   if self.generate then return self.generate(self.step + 1, self.rng) end
   if not self.order or self.index >= #self.order then
     self.epoch, self.index = self.epoch + 1, 0
@@ -263,7 +263,7 @@ end
 
 -- zero_grad, loss, backward, clip, step, schedule; returns the loss and the stats (numbers)
 function Trainer:_step()
-  local batch = self:next_batch()
+  local batch = self:_next_batch()
   local opt = self.optimizer
   opt:zero_grad()
   local loss, stats
