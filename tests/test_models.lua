@@ -1,4 +1,4 @@
--- tests/test_models.lua -- CNN encoders (bindings/glimpse/models.lua): ResNet-18 and VGG-16
+-- tests/test_models.lua -- CNN encoders (glimpse/models/encoders.lua): ResNet-18 and VGG-16
 -- grids and logits against torchvision on identical weights, state_dict names and shapes of
 -- every architecture against torchvision's, grid shapes, SmallCNN training, errors,
 -- preprocessing, and the converter (scripts/convert_torchvision.py) round trip.

@@ -1,6 +1,6 @@
 -- tests/test_rnn.lua -- the recurrent family: fused cells and sequences (engine/ops_rnn.c,
 -- bindings/l_rnn.c) and the modules nn.RNNCell/LSTMCell/GRUCell, nn.RNN/LSTM/GRU
--- (bindings/glimpse/nn_rnn.lua).
+-- (bindings/glimpse/nn/rnn.lua).
 --
 -- Oracles: a double-precision Lua implementation of the three recurrences (forward, and
 -- gradients by central differences in double precision), PyTorch fixtures made by
@@ -669,6 +669,85 @@ function T.test_module_argument_errors_are_clear()
   ok, err = pcall(nn.GRU, 3, 0)
   lu.assertFalse(ok)
   lu.assertStrContains(err, "hidden size")
+end
+
+-- ---------------------------------------------------------------------------------------
+-- step: one decoding step with a sequence layer's own weights
+
+local function step_through(m, x, state)
+  local outs, s = {}, state
+  for t = 1, x:size(2) do
+    local o
+    o, s = m:step(x:select(2, t), s)
+    outs[t] = o
+  end
+  return glimpse.stack(outs, 2), s
+end
+
+function T.test_step_t_times_equals_forward_over_t_steps()
+  glimpse.manual_seed(11)
+  for _, kind in ipairs({"LSTM", "GRU", "RNN"}) do
+    for _, layers in ipairs({1, 3}) do
+      local m = nn[kind](5, 6, {layers = layers})
+      local x = glimpse.randn(4, 7, 5)
+      local h0 = {h = glimpse.randn(layers, 4, 6)}
+      if kind == "LSTM" then h0.c = glimpse.randn(layers, 4, 6) end
+      for _, st in ipairs({false, h0}) do
+        local out, state = m(x, nil, st or nil)
+        local sout, sstate = step_through(m, x, st or nil)
+        local what = string.format("%s layers=%d state=%s", kind, layers, tostring(st ~= false))
+        lu.assertEquals(sout.shape, {4, 7, 6}, what)
+        lu.assertEquals(sout:totable(), out:totable(), what .. ": outputs")
+        lu.assertEquals(sstate.h:totable(), state.h:totable(), what .. ": h")
+        if kind == "LSTM" then
+          lu.assertEquals(sstate.c:totable(), state.c:totable(), what .. ": c")
+        else
+          lu.assertNil(sstate.c, what)
+        end
+      end
+      -- a length-1 sequence: the step's output is forward's only output
+      local x1 = glimpse.randn(3, 1, 5)
+      local out1, st1 = m(x1)
+      local o, s = m:step(x1:select(2, 1))
+      lu.assertEquals(o:totable(), out1:select(2, 1):totable(), kind .. ": T = 1")
+      lu.assertEquals(s.h:totable(), st1.h:totable(), kind .. ": T = 1 state")
+    end
+  end
+end
+
+function T.test_step_is_differentiable_like_forward()
+  glimpse.manual_seed(12)
+  for _, kind in ipairs({"LSTM", "GRU", "RNN"}) do
+    local m = nn[kind](3, 4, {layers = 2})
+    local x = glimpse.randn(2, 3, 3)
+    local out = m(x)
+    out:sum():backward()
+    local want = {}
+    for name, p in m:named_parameters() do want[name] = p.grad:totable() end
+    m:zero_grad()
+    local xs = x:detach():requires_grad()
+    local sout = step_through(m, xs)
+    lu.assertTrue(sout.requires_grad_flag, kind)
+    sout:sum():backward()
+    for name, p in m:named_parameters() do
+      assert_close(p.grad, glimpse.tensor(want[name]), 1e-5, 1e-6, kind .. " grad " .. name)
+    end
+    lu.assertNotNil(xs.grad, kind .. ": no gradient reached the input")
+  end
+end
+
+function T.test_step_errors()
+  local bi = nn.LSTM(3, 4, {bidirectional = true})
+  local ok, err = pcall(bi.step, bi, glimpse.randn(2, 3))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "LSTM:step: a bidirectional layer has no single step")
+  local m = nn.GRU(3, 4, {layers = 2})
+  ok, err = pcall(m.step, m, glimpse.randn(2, 5))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "GRU:step: input [2,5] should be (B,3)")
+  ok, err = pcall(m.step, m, glimpse.randn(2, 3), {h = glimpse.zeros(1, 2, 4)})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "state.h [1,2,4] should be (2,2,4)")
 end
 
 return T
