@@ -1,5 +1,6 @@
--- tests/helpers.lua -- what the test suites share (local H = require "tests.helpers"; the
--- executable's package.path has the source tree's root on it):
+-- tests/helpers.lua -- what the test suites share: local H = require "tests.helpers", or
+-- local assert_close = require("tests.helpers").assert_close (the executable's package.path
+-- has the source tree's root on it).
 --
 --   H.assert_close(actual, expected, tol, msg) -> err / scale
 --       actual, expected: tensors, numbers or (nested) tables of numbers.

@@ -6,6 +6,7 @@
 -- statistics of the initialisers.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local assert_close = require("tests.helpers").assert_close
 
 local nn, init = glimpse.nn, glimpse.init
 
@@ -21,14 +22,6 @@ local STAT_RTOL = 0.05       -- sample std / bound within 5% of the formula
 
 local function max_abs(t)
   return t:abs():max():item()
-end
-
-local function assert_close(a, b, rtol, what)
-  lu.assertEquals(a.shape, b.shape, what .. ": shapes differ")
-  local err, scale = max_abs(a - b), math.max(max_abs(b), 1e-30)
-  if err > rtol * scale then
-    lu.fail(string.format("%s: max error %.3g exceeds %.3g", what, err, rtol * scale))
-  end
 end
 
 local function names_of(iter_owner, method)

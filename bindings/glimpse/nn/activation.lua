@@ -1,5 +1,5 @@
---- glimpse.nn.activation -- elementwise activations (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Identity) and
--- nn.Flatten.
+--- glimpse.nn.activation -- elementwise activations (nn.ReLU, nn.Tanh, nn.Sigmoid,
+-- nn.Identity) and nn.Flatten.
 local base = require "glimpse.nn.module"
 
 local Module = base.Module

@@ -6,7 +6,6 @@ local Module = base.Module
 
 local M = {}
 
-
 local Dropout = Module:extend("Dropout")
 M.Dropout = Dropout
 

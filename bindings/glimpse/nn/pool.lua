@@ -3,7 +3,8 @@ local glimpse = require "glimpse"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module
-local pair, pair_str, shape_str, is_tensor = base.pair, base.pair_str, base.shape_str, base.is_tensor
+local pair, pair_str = base.pair, base.pair_str
+local shape_str, is_tensor = base.shape_str, base.is_tensor
 
 local M = {}
 
