@@ -86,6 +86,8 @@ install: all
 	install -m 755 $(BUILD)/glimpse $(DESTDIR)$(PREFIX)/bin/glimpse
 	install -m 644 $(BUILD)/glimpse.so $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER)/glimpse.so
 	cp -r bindings/glimpse/. $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/
+	# files of older layouts that would shadow the nn/ and models/ packages
+	cd $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua models.lua
 	if [ -d datasets ]; then cp -r datasets $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/; fi
 
 check-warnings:

@@ -1,5 +1,5 @@
 /* l_nn.c -- bindings of the nn family: convolution, pooling and normalisation ops that the
- * Lua modules in bindings/glimpse/nn.lua are built on.
+ * Lua modules in bindings/glimpse/nn/ are built on.
  *
  *   glimpse.conv2d(x, w, b, {stride=1, padding=0})      x (B,C,H,W), w (O,C,kh,kw), b (O)/nil
  *   glimpse.max_pool2d(x, k, stride=k, padding=0)       k, stride, padding: n or {h, w}

@@ -1,5 +1,5 @@
 /* l_rnn.c -- bindings of the recurrent family (engine/ops_rnn.c): the fused LSTM, GRU and
- * Elman RNN steps (cells) and whole-sequence runs.  The nn modules in glimpse/nn_rnn.lua are
+ * Elman RNN steps (cells) and whole-sequence runs.  The nn modules in glimpse/nn/rnn.lua are
  * built on these; they are also usable directly:
  *
  *   h, c = glimpse.lstm_cell(xp, h, c, w_hh, b_hh, mask)

@@ -170,9 +170,7 @@ end
 function Seq2Seq:decode_state(b)
   local enc, h, c = self:encode(b.src, b.src_lengths)
   local astate = self.attention:precompute(enc, nil, b.src_mask)
-  -- the concat score caches the query half of its weight beside the per-row keys: not per row
-  local keep = {astate.cache and astate.cache.Wq}
-  return {h = h, c = c, feed = glimpse.zeros(h.shape[1], self.H), att = astate}, keep
+  return {h = h, c = c, feed = glimpse.zeros(h.shape[1], self.H), att = astate}
 end
 
 -- one step in glimpse.decode's convention: y (N) previous ids -> log p(y_t) (N,V), the new
@@ -186,9 +184,9 @@ end
 -- Predicted ids (up to <end>) and alignment rows {alpha_t (S)} for each row of a batch:
 -- greedy, or beam search with beam > 1.
 function Seq2Seq:predict(b, max_steps, beam)
-  local st, keep = self:decode_state(b)
+  local st = self:decode_state(b)
   local step = function(y, s) return self:decode_step(y, s) end
-  local o = {max_len = max_steps, start = Vocab.START, stop = Vocab.END, keep = keep}
+  local o = {max_len = max_steps, start = Vocab.START, stop = Vocab.END}
   if beam <= 1 then
     local preds, _, maps = decode.greedy(step, st, o)
     return preds, maps

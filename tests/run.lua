@@ -45,6 +45,8 @@ local function run_one(file)
   local failed = r.failureCount + r.errorCount
   local skipped = r.skippedCount or 0
   print(string.format("RESULT %d %d %d", r.runCount - failed, failed, skipped))
+  local helpers = package.loaded["tests.helpers"]   -- remove the suite's temporary folders
+  if helpers then helpers.cleanup() end
   return failed
 end
 

@@ -9,6 +9,8 @@
 -- position twice, REINFORCE's gradient is unbiased).
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local helpers = require "tests.helpers"
+local assert_close = helpers.assert_close
 
 local att = glimpse.attention
 local nn = glimpse.nn
@@ -27,15 +29,8 @@ local GC = {eps = 1e-2, atol = 2e-2, rtol = 3e-2}   -- gradcheck settings (float
 
 local function shape(t) return table.concat(t.shape, "x") end
 
--- max |a - b| <= rtol * max(1, max |b|), with a message naming what is compared
-local function assert_close(a, b, rtol, what)
-  lu.assertEquals(shape(a), shape(b), what .. ": shapes differ")
-  local d = glimpse.no_grad(function() return (a:detach() - b):abs():max():item() end)
-  local s = glimpse.no_grad(function() return b:abs():max():item() end)
-  if d > rtol * math.max(1, s) then
-    lu.fail(string.format("%s: max difference %.3g (scale %.3g, rtol %g)", what, d, s, rtol))
-  end
-end
+-- assert_close's tolerance here: max |a - b| <= rtol * max(1, max |b|)
+local function scaled(rtol) return {rtol = rtol, floor = 1} end
 
 local function leaf(...) return glimpse.randn(...):requires_grad() end
 
@@ -43,11 +38,7 @@ local function mask3x6()
   return glimpse.tensor{{1, 1, 1, 1, 1, 1}, {1, 1, 1, 0, 0, 0}, {1, 1, 1, 1, 1, 0}}
 end
 
-local function gradcheck(fn, inputs, what)
-  local ok, msg = glimpse.gradcheck(fn, inputs, {eps = GC.eps, atol = GC.atol, rtol = GC.rtol,
-                                                 raise = false})
-  if not ok then lu.fail(what .. ": " .. tostring(msg)) end
-end
+local function gradcheck(fn, inputs, what) return helpers.gradcheck(fn, inputs, GC, what) end
 
 -- score parameters for every score function, Dq=5, Dk=4, H=6
 local function score_params(s, dq, dk, H)
@@ -81,12 +72,12 @@ local function check_step_fixture(name, run)
     if (role == "input" or role == "weight") and n ~= "mask" then inputs[n] = v:requires_grad() end
   end
   local ctx, alpha = run(inputs, f["input.mask"])
-  assert_close(ctx, f["output.ctx"], FIXTURE_RTOL, name .. " ctx")
-  assert_close(alpha, f["output.alpha"], FIXTURE_RTOL, name .. " alpha")
+  assert_close(ctx, f["output.ctx"], scaled(FIXTURE_RTOL), name .. " ctx")
+  assert_close(alpha, f["output.alpha"], scaled(FIXTURE_RTOL), name .. " alpha")
   local loss = (ctx * f["dout.ctx"]):sum() + (alpha * f["dout.alpha"]):sum()
   loss:backward()
   for n, t in pairs(inputs) do
-    assert_close(t.grad, f["grad." .. n], FIXTURE_RTOL, name .. " grad of " .. n)
+    assert_close(t.grad, f["grad." .. n], scaled(FIXTURE_RTOL), name .. " grad of " .. n)
   end
 end
 
@@ -128,16 +119,16 @@ local function check_mha_fixture(name, causal, self_attn)
   local k, v
   if not self_attn then k, v = f["input.key"]:requires_grad(), f["input.value"]:requires_grad() end
   local out, w = mha(q, k, v, f["input.mask"])
-  assert_close(out, f["output.out"], FIXTURE_RTOL, name .. " out")
-  assert_close(w, f["output.weights"], FIXTURE_RTOL, name .. " weights")
+  assert_close(out, f["output.out"], scaled(FIXTURE_RTOL), name .. " out")
+  assert_close(w, f["output.weights"], scaled(FIXTURE_RTOL), name .. " weights")
   ;(out * f["dout.out"]):sum():backward()
-  assert_close(q.grad, f["grad.query"], FIXTURE_RTOL, name .. " grad query")
+  assert_close(q.grad, f["grad.query"], scaled(FIXTURE_RTOL), name .. " grad query")
   if k then
-    assert_close(k.grad, f["grad.key"], FIXTURE_RTOL, name .. " grad key")
-    assert_close(v.grad, f["grad.value"], FIXTURE_RTOL, name .. " grad value")
+    assert_close(k.grad, f["grad.key"], scaled(FIXTURE_RTOL), name .. " grad key")
+    assert_close(v.grad, f["grad.value"], scaled(FIXTURE_RTOL), name .. " grad value")
   end
   for pname, p in mha:named_parameters() do
-    assert_close(p.grad, f["grad." .. pname], FIXTURE_RTOL, name .. " grad " .. pname)
+    assert_close(p.grad, f["grad." .. pname], scaled(FIXTURE_RTOL), name .. " grad " .. pname)
   end
 end
 
@@ -169,8 +160,8 @@ function T.test_every_score_fused_step_matches_composed_reference()
     local cache = att.precompute(s, p, keys)
     local ctx, alpha = att.step(s, p, cache, q, values, mask)
     local ref = att.masked_softmax(att.scores(s, p, cache, q), mask)
-    assert_close(alpha, ref, REF_TOL, s .. " alpha")
-    assert_close(ctx, att.context(ref, values), REF_TOL, s .. " ctx")
+    assert_close(alpha, ref, scaled(REF_TOL), s .. " alpha")
+    assert_close(ctx, att.context(ref, values), scaled(REF_TOL), s .. " ctx")
   end
 end
 
@@ -235,7 +226,7 @@ function T.test_temperature_and_sigmoid_normaliser_gradients()
     end, {wq, uk, v, values}, "additive " .. (o.normaliser or "softmax") .. " T=" .. (o.temperature or 1))
     local _, alpha = att.additive(wq, uk, v, values, mask, o)
     local ref = att.masked_softmax(att.additive_scores(wq, uk, v), mask, o)
-    assert_close(alpha, ref, REF_TOL, "normaliser reference")
+    assert_close(alpha, ref, scaled(REF_TOL), "normaliser reference")
   end
 end
 
@@ -429,7 +420,7 @@ function T.test_hard_mode_samples_and_can_use_the_expected_context()
   local ctx, alpha, st = a(glimpse.randn(4, 3), keys)
   local idx = st.sample:reshape(4):totable()
   for b = 1, 4 do
-    assert_close(ctx[b], keys[b][math.tointeger(idx[b])], 0, "sampled annotation")
+    assert_close(ctx[b], keys[b][math.tointeger(idx[b])], scaled(0), "sampled annotation")
   end
   lu.assertEquals(shape(st.logps[1]), "4")
   local logp, H = a:reinforce_terms(st)
@@ -438,12 +429,13 @@ function T.test_hard_mode_samples_and_can_use_the_expected_context()
   local soft = nn.Attention{score = "dot", mode = "hard", query = 3, key = 3, soft_prob = 1}
   local q = glimpse.randn(4, 3)
   local c2, a2 = soft(q, keys)
-  assert_close(c2, att.context(a2, keys), REF_TOL, "expected context")
+  assert_close(c2, att.context(a2, keys), scaled(REF_TOL), "expected context")
   soft:evaluate()
   local c3, a3 = soft(q, keys)
   local am = a3:argmax(2):totable()
   for b = 1, 4 do
-    assert_close(c3[b], keys[b][math.tointeger(am[b])], 0, "argmax annotation in evaluate()")
+    assert_close(c3[b], keys[b][math.tointeger(am[b])], scaled(0),
+                 "argmax annotation in evaluate()")
   end
   lu.assertNotNil(c2 and a2 and ctx and alpha)
 end
@@ -523,7 +515,7 @@ function T.test_multihead_need_weights_false_skips_the_weights_only()
   local out2, w2 = mha(x, nil, nil, nil, {need_weights = false})
   lu.assertNotNil(w)
   lu.assertNil(w2)
-  assert_close(out2, out, 0, "output")
+  assert_close(out2, out, scaled(0), "output")
 end
 
 -- ---------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 -- every differentiable core op.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local assert_close = require("tests.helpers").assert_close
 
 local gradcheck = glimpse.gradcheck
 
@@ -298,13 +299,6 @@ end
 
 local FRESH_RTOL = 1e-5   -- the same sums, possibly in another order
 
-local function assert_close_t(a, b, what)
-  local err = (a - b):abs():max():item()
-  local scale = math.max(b:abs():max():item(), 1e-30)
-  lu.assertTrue(err <= FRESH_RTOL * scale,
-                string.format("%s: max error %.3g (scale %.3g)", what, err, scale))
-end
-
 -- f(x, p) for x a leaf or an intermediate, once and twice: the gradient of
 -- sum(f(x) * c1) + sum(f(x) * c2) must equal the two single gradients summed
 local FRESH_CASES = {
@@ -345,7 +339,7 @@ function T.test_fresh_and_accumulated_gradient_buffers_agree()
         return x.grad
       end
       local g1, g2, g12 = grads(true, false), grads(false, true), grads(true, true)
-      assert_close_t(g12, g1 + g2, name .. " (" .. via .. ")")
+      assert_close(g12, g1 + g2, FRESH_RTOL, name .. " (" .. via .. ")")
     end
   end
 end
@@ -361,9 +355,9 @@ function T.test_backward_twice_adds_to_existing_leaf_grads_of_every_fast_op()
   loss():backward()
   local gx, gk, gb = x.grad:clone(), k.grad:clone(), kb.grad:clone()
   loss():backward()
-  assert_close_t(x.grad, gx * 2, "x")
-  assert_close_t(k.grad, gk * 2, "weight")
-  assert_close_t(kb.grad, gb * 2, "bias")
+  assert_close(x.grad, gx * 2, FRESH_RTOL, "x")
+  assert_close(k.grad, gk * 2, FRESH_RTOL, "weight")
+  assert_close(kb.grad, gb * 2, FRESH_RTOL, "bias")
 end
 
 function T.test_gradcheck_one_tensor_as_two_inputs_of_an_op()

@@ -1,4 +1,4 @@
--- tests/test_captioner.lua -- the Show, Attend and Tell captioner (bindings/glimpse/captioner.lua)
+-- tests/test_captioner.lua -- the Show, Attend and Tell captioner (glimpse/models/captioner.lua)
 -- and the caption metrics (bindings/glimpse/metrics.lua): shapes through the loss and the
 -- decoder, finite-difference gradients, the doubly stochastic and REINFORCE terms, save/load,
 -- BLEU and attention-in-box against hand-computed values, a short training run, bad input.

@@ -6,6 +6,7 @@
 -- tests/fixtures/fixtures_nn.py), and every backward against finite differences.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local assert_close = require("tests.helpers").assert_close
 
 local T = {}
 
@@ -19,16 +20,6 @@ local EXACT = 0
 
 local function max_abs(t)
   return t:abs():max():item()
-end
-
--- max |a - b| <= rtol * max(|b|) (and at least a denormal-sized floor)
-local function assert_close(a, b, rtol, what)
-  lu.assertEquals(a.shape, b.shape, what .. ": shapes differ")
-  local err, scale = max_abs(a - b), math.max(max_abs(b), 1e-30)
-  if err > rtol * scale then
-    lu.fail(string.format("%s: max error %.3g exceeds %.3g (scale %.3g)", what, err,
-                          rtol * scale, scale))
-  end
 end
 
 local function fixture(name)

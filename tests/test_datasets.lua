@@ -28,11 +28,7 @@ function T.tearDown()
   made = {}
 end
 
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local write = require("tests.helpers").write_file
 
 local function flat(t) return data.get_flat(t) end
 

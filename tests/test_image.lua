@@ -33,18 +33,8 @@ function M.tearDown()
   made = {}
 end
 
-local function write_bytes(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local helpers = require "tests.helpers"
+local write_bytes, read_bytes = helpers.write_file, helpers.read_file
 
 -- a (C,H,W) image whose values are k/255 for a deterministic pattern of bytes k
 local function byte_image(C, H, W, seed)

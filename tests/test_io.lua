@@ -7,6 +7,9 @@
 -- AddressSanitizer to see the latter).
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local helpers = require "tests.helpers"
+local tmpdir, rmdir = helpers.tmpdir, helpers.rmdir
+local read_file, write_file = helpers.read_file, helpers.write_file
 
 local T = {}
 
@@ -20,17 +23,6 @@ local F32_TOL = 0       -- every value here is exact: compare bit for bit
 -- ---------------------------------------------------------------------------------------
 -- helpers
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p '" .. d .. "'"))
-  return d
-end
-
-local function rmdir(d)
-  os.execute("rm -rf '" .. d .. "'")
-end
-
 -- fn(path, dir): dir a fresh temporary directory and path the file `name` in it; the
 -- directory is removed afterwards, also when fn fails.
 local function in_tmpdir(name, fn)
@@ -38,19 +30,6 @@ local function in_tmpdir(name, fn)
   local ok, err = pcall(fn, d .. "/" .. name, d)
   rmdir(d)
   if not ok then error(err, 0) end
-end
-
-local function read_file(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(p, s)
-  local f = assert(io.open(p, "wb"))
-  f:write(s)
-  f:close()
 end
 
 local function ls(d)

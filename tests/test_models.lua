@@ -1,4 +1,4 @@
--- tests/test_models.lua -- CNN encoders (bindings/glimpse/models.lua): ResNet-18 and VGG-16
+-- tests/test_models.lua -- CNN encoders (glimpse/models/encoders.lua): ResNet-18 and VGG-16
 -- grids and logits against torchvision on identical weights, state_dict names and shapes of
 -- every architecture against torchvision's, grid shapes, SmallCNN training, errors,
 -- preprocessing, and the converter (scripts/convert_torchvision.py) round trip.
@@ -8,6 +8,7 @@
 -- documented there (models.fill_deterministic_ here).
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local assert_close = require("tests.helpers").assert_close
 local cjson = require "cjson"
 
 local models, nn = glimpse.models, glimpse.nn
@@ -25,16 +26,6 @@ local FIX = "tests/fixtures/"
 
 local function max_abs(t)
   return t:abs():max():item()
-end
-
-local function assert_close(a, b, rtol, what)
-  lu.assertEquals(a.shape, b.shape, what .. ": shapes differ")
-  local err, scale = max_abs(a - b), math.max(max_abs(b), 1e-30)
-  if err > rtol * scale then
-    lu.fail(string.format("%s: max error %.3g exceeds %.3g (scale %.3g)", what, err,
-                          rtol * scale, scale))
-  end
-  return err / scale
 end
 
 local function assert_error_contains(fn, ...)

@@ -12,7 +12,7 @@ end
 
 -- LUA_PATH as the README shows; INSTALLED_PATH adds "?/init.lua" over the same folder, as a
 -- stock lua5.4's default path does over the folder `make install` fills
-local DEV_PATH = "bindings/?.lua;./?.lua;;"
+local DEV_PATH = "bindings/?.lua;bindings/?/init.lua;./?.lua;;"
 local INSTALLED_PATH = "bindings/?.lua;bindings/?/init.lua;;"
 
 local function run_stock(code, lua_path)
@@ -56,6 +56,22 @@ function T.test_stock_lua_finds_lua_submodules()
     io.write(tostring(g.gradcheck(function(a) return a:tanh() end, {g.randn(3):requires_grad()})))]])
   lu.assertTrue(ok, out)
   lu.assertEquals(out, "true")
+end
+
+function T.test_stock_lua_finds_the_nn_and_models_packages()
+  -- glimpse.nn and glimpse.models are folders (nn/init.lua, models/init.lua); each file of
+  -- them may be required first and gives the classes the package publishes
+  stock_usable()
+  for _, path in ipairs({DEV_PATH, INSTALLED_PATH}) do
+    local ok, out = run_stock([[local rnn = require "glimpse.nn.rnn"
+      local g = require "glimpse"
+      local cap = require "glimpse.captioner"
+      io.write(tostring(rnn.LSTM == g.nn.LSTM), " ", tostring(g.nn.Linear ~= nil), " ",
+               tostring(g.models.Captioner == cap.Captioner), " ",
+               tostring(g.models.resnet18 ~= nil))]], path)
+    lu.assertTrue(ok, out)
+    lu.assertEquals(out, "true true true true", path)
+  end
 end
 
 function T.test_no_lua_file_shadows_the_c_module_on_an_installed_path()

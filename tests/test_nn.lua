@@ -1,4 +1,4 @@
--- tests/test_nn.lua -- the Module system and layers (bindings/glimpse/nn.lua) and the
+-- tests/test_nn.lua -- the Module system and layers (bindings/glimpse/nn/) and the
 -- initialisers (glimpse.init, bindings/glimpse/nn_init.lua).
 --
 -- Registration and naming (PyTorch's state_dict names), state_dict round trips and load
@@ -6,6 +6,7 @@
 -- statistics of the initialisers.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local assert_close = require("tests.helpers").assert_close
 
 local nn, init = glimpse.nn, glimpse.init
 
@@ -21,14 +22,6 @@ local STAT_RTOL = 0.05       -- sample std / bound within 5% of the formula
 
 local function max_abs(t)
   return t:abs():max():item()
-end
-
-local function assert_close(a, b, rtol, what)
-  lu.assertEquals(a.shape, b.shape, what .. ": shapes differ")
-  local err, scale = max_abs(a - b), math.max(max_abs(b), 1e-30)
-  if err > rtol * scale then
-    lu.fail(string.format("%s: max error %.3g exceeds %.3g", what, err, rtol * scale))
-  end
 end
 
 local function names_of(iter_owner, method)
@@ -418,22 +411,29 @@ function T.test_simple_initialisers_and_gains()
   lu.assertErrorMsgContains("mode", init.kaiming_uniform_, glimpse.empty(2, 2), 0, "fan_sideways")
 end
 
-function T.test_sibling_module_files_merge_into_nn_once_whichever_loads_first()
-  -- run in a fresh process (this one has glimpse.nn loaded already): requiring
-  -- glimpse.nn_rnn before glimpse.nn must not make a second copy of its classes
+function T.test_each_nn_file_loads_first_and_gives_the_same_classes()
+  -- run in a fresh process (this one has glimpse.nn loaded already): requiring one file of
+  -- the glimpse.nn package first must give the classes glimpse.nn publishes, not a copy
   local exe = arg and arg[-1]
   if not exe then return end
-  for _, sib in ipairs({"glimpse.nn_rnn", "glimpse.nn_attention"}) do
-    if package.searchpath(sib, package.path) then
-      local code = string.format("local s = require %q; local n = glimpse.nn; local ok = true; " ..
-                                 "for k, v in pairs(s) do ok = ok and n[k] == v end; " ..
-                                 "print(ok and n.Linear ~= nil and 'same' or 'different')", sib)
-      local p = io.popen(string.format("%q -e %q 2>&1", exe, code))
-      local out = p:read("a")
-      p:close()
-      lu.assertStrContains(out, "same", sib .. ": " .. out)
-    end
+  local files = {"module", "containers", "linear", "embedding", "conv", "pool", "activation",
+                 "dropout", "norm", "rnn", "attention", "multihead", "pointer"}
+  for _, f in ipairs(files) do
+    local name = "glimpse.nn." .. f
+    lu.assertNotNil(package.searchpath(name, package.path), name)
+    local code = string.format("local s = require %q; local n = glimpse.nn; local ok, k = true, 0; " ..
+                               "for name, v in pairs(s) do if n[name] ~= nil then k = k + 1; " ..
+                               "ok = ok and n[name] == v end end; " ..
+                               "print(ok and k > 0 and n.LSTM and n.Linear and 'same' or 'different')", name)
+    local p = io.popen(string.format("%q -e %q 2>&1", exe, code))
+    local out = p:read("a")
+    p:close()
+    lu.assertStrContains(out, "same", name .. ": " .. out)
   end
+  -- the old flat files are gone, and nothing in glimpse.nn walks the stack
+  lu.assertNil(package.searchpath("glimpse.nn_rnn", package.path))
+  lu.assertNil(package.searchpath("glimpse.nn_attention", package.path))
+  lu.assertIs(require("glimpse.nn.rnn").LSTM, nn.LSTM)
 end
 
 function T.test_linear_init_false_keeps_shapes_and_loads_weights()

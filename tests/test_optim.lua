@@ -12,6 +12,7 @@
 --     params/optimizer/schedule, N-k steps (bit for bit).
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local assert_close = require("tests.helpers").assert_close
 local optim = glimpse.optim
 
 local T = {}
@@ -35,33 +36,12 @@ local function param(vals)
   return glimpse.tensor(vals):requires_grad()
 end
 
+-- assert_close's tolerance for lists: |a_i - b_i| <= tol (|b_i| + 1) for every entry (a
+-- number tol compares whole tensors: max |a - b| <= tol * max |b|)
+local function within(tol) return {rtol = tol, atol = tol, per_element = true} end
+
 local function set_grad(p, vals)
   p.grad = glimpse.tensor(vals)
-end
-
-local function assert_close(got, want, tol, msg)
-  lu.assertEquals(#got, #want, msg)
-  for i = 1, #want do
-    local d = math.abs(got[i] - want[i])
-    if not (d <= tol * (math.abs(want[i]) + 1)) then
-      lu.fail(string.format("%s: entry %d is %.9g, expected %.9g (diff %.3g)", msg or "", i,
-                            got[i], want[i], d))
-    end
-  end
-end
-
--- max |a - b| <= tol * max |b| over a whole tensor
-local function assert_tensor_close(a, b, tol, msg)
-  local x, y = flat(a), flat(b)
-  lu.assertEquals(#x, #y, msg)
-  local dmax, scale = 0, 0
-  for i = 1, #y do
-    dmax = math.max(dmax, math.abs(x[i] - y[i]))
-    scale = math.max(scale, math.abs(y[i]))
-  end
-  if not (dmax <= tol * scale) then
-    lu.fail(string.format("%s: max diff %.3g exceeds %.3g * %.3g", msg or "", dmax, tol, scale))
-  end
 end
 
 local function assert_bits_equal(a, b, msg)
@@ -210,7 +190,7 @@ local function check_against_ref(cls, opts, reference, msg)
   local grads = {}
   for t, g in ipairs(GRADS) do grads[t] = {g} end
   local got = run(cls({p}, opts), {p}, grads)[1]
-  assert_close(got, reference(P0, GRADS, opts), HAND_TOL, msg)
+  assert_close(got, reference(P0, GRADS, opts), within(HAND_TOL), msg)
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -220,7 +200,7 @@ function T.test_sgd_plain_step_is_p_minus_lr_g()
   local p = param({1, -2, 3})
   set_grad(p, {0.5, 0.25, -1})
   optim.SGD({p}, {lr = 0.1}):step()
-  assert_close(flat(p), {0.95, -2.025, 3.1}, HAND_TOL, "sgd")
+  assert_close(flat(p), {0.95, -2.025, 3.1}, within(HAND_TOL), "sgd")
 end
 
 function T.test_sgd_dampening_applies_only_after_the_first_step()
@@ -228,10 +208,10 @@ function T.test_sgd_dampening_applies_only_after_the_first_step()
   local opt = optim.SGD({p}, {lr = 1, momentum = 0.5, dampening = 0.5})
   set_grad(p, {1})
   opt:step()            -- buf = g = 1 (no dampening), p = 1 - 1 = 0
-  assert_close(flat(p), {0}, HAND_TOL, "first step")
+  assert_close(flat(p), {0}, within(HAND_TOL), "first step")
   set_grad(p, {1})
   opt:step()            -- buf = 0.5*1 + 0.5*1 = 1, p = -1
-  assert_close(flat(p), {-1}, HAND_TOL, "second step")
+  assert_close(flat(p), {-1}, within(HAND_TOL), "second step")
 end
 
 function T.test_sgd_variants_match_reference()
@@ -246,7 +226,7 @@ function T.test_adam_first_step_moves_each_entry_by_lr()
   local p = param({1, 2, -3})
   set_grad(p, {0.01, -5, 100})
   optim.Adam({p}, {lr = 0.1}):step()
-  assert_close(flat(p), {0.9, 2.1, -3.1}, 1e-6, "adam step 1 = lr * sign(g)")
+  assert_close(flat(p), {0.9, 2.1, -3.1}, within(1e-6), "adam step 1 = lr * sign(g)")
 end
 
 function T.test_adam_variants_match_reference()
@@ -264,7 +244,7 @@ function T.test_adamw_decay_is_decoupled_from_the_gradient()
   local p = param({2, -4})
   set_grad(p, {0, 0})   -- zero moments: the only change is p *= 1 - lr*wd
   optim.AdamW({p}, {lr = 0.1, weight_decay = 0.5}):step()
-  assert_close(flat(p), {2 * 0.95, -4 * 0.95}, HAND_TOL, "adamw")
+  assert_close(flat(p), {2 * 0.95, -4 * 0.95}, within(HAND_TOL), "adamw")
 end
 
 function T.test_amsgrad_keeps_the_largest_second_moment()
@@ -274,7 +254,8 @@ function T.test_amsgrad_keeps_the_largest_second_moment()
   local ams = run(optim.Adam({b}, {lr = 0.1, amsgrad = true}), {b}, grads)[1][1]
   -- the max keeps the denominator large, so the later small gradients move p less
   lu.assertTrue(math.abs(ams) < math.abs(plain))
-  assert_close({ams}, ref.adam({0}, {{10}, {0.1}, {0.1}}, {lr = 0.1, amsgrad = true}), HAND_TOL)
+  assert_close({ams}, ref.adam({0}, {{10}, {0.1}, {0.1}}, {lr = 0.1, amsgrad = true}),
+               within(HAND_TOL))
 end
 
 function T.test_rmsprop_variants_match_reference()
@@ -355,7 +336,7 @@ function T.test_step_calls_the_closure_and_returns_its_loss()
     return l
   end)
   lu.assertEquals(loss:item(), 9)
-  assert_close(flat(w), {3 - 0.25 * 6}, HAND_TOL)
+  assert_close(flat(w), {3 - 0.25 * 6}, within(HAND_TOL))
 end
 
 function T.test_param_groups_use_their_own_options()
@@ -365,13 +346,13 @@ function T.test_param_groups_use_their_own_options()
   set_grad(a, {1})
   set_grad(b, {1})
   opt:step()
-  assert_close(flat(a), {0.5}, HAND_TOL)
-  assert_close(flat(b), {0.9}, HAND_TOL)
+  assert_close(flat(a), {0.5}, within(HAND_TOL))
+  assert_close(flat(b), {0.9}, within(HAND_TOL))
   local c = param({1})
   opt:add_param_group({params = {c}, lr = 1})
   set_grad(c, {1})
   opt:step()
-  assert_close(flat(c), {0}, HAND_TOL)
+  assert_close(flat(c), {0}, within(HAND_TOL))
 end
 
 function T.test_bad_options_are_refused_with_clear_errors()
@@ -457,8 +438,8 @@ local function check_trajectories(set_grads, tol)
     for t = 1, STEPS do
       set_grads(fx, name, t, W, b, opt)
       opt:step()
-      assert_tensor_close(W, fx[name .. ".W"]:select(1, t + 1), tol, name .. " W step " .. t)
-      assert_tensor_close(b, fx[name .. ".b"]:select(1, t + 1), tol, name .. " b step " .. t)
+      assert_close(W, fx[name .. ".W"]:select(1, t + 1), tol, name .. " W step " .. t)
+      assert_close(b, fx[name .. ".b"]:select(1, t + 1), tol, name .. " b step " .. t)
     end
   end
 end
@@ -481,8 +462,8 @@ function T.test_glimpse_gradients_of_the_problem_match_pytorch()
   local fx = fixture("optim_torch")
   local W, b = fresh_params(fx)
   problem_grads(fx, W, b)
-  assert_tensor_close(W.grad, fx["adam.gW"]:select(1, 1), 1e-6, "dW")
-  assert_tensor_close(b.grad, fx["adam.gb"]:select(1, 1), 1e-6, "db")
+  assert_close(W.grad, fx["adam.gW"]:select(1, 1), 1e-6, "dW")
+  assert_close(b.grad, fx["adam.gb"]:select(1, 1), 1e-6, "db")
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -504,13 +485,13 @@ function T.test_clip_grad_norm_matches_pytorch()
     local ps = clip_params(fx)
     local total = optim.clip_grad_norm(ps, 1.0, c[2])
     local want = fx["clip." .. c[1] .. ".total"]:item()
-    assert_close({total}, {want}, CLIP_TOL, "total norm " .. c[1])
+    assert_close({total}, {want}, within(CLIP_TOL), "total norm " .. c[1])
     for i, k in ipairs {"g1", "g2", "g3"} do
-      assert_tensor_close(ps[i].grad, fx["clip." .. c[1] .. "." .. k], CLIP_TOL,
-                          "clipped " .. k .. " norm " .. c[1])
+      assert_close(ps[i].grad, fx["clip." .. c[1] .. "." .. k], CLIP_TOL,
+                   "clipped " .. k .. " norm " .. c[1])
     end
     -- after clipping, the norm is max_norm
-    assert_close({optim.grad_norm(ps, c[2])}, {1.0}, 1e-5, "norm after " .. c[1])
+    assert_close({optim.grad_norm(ps, c[2])}, {1.0}, within(1e-5), "norm after " .. c[1])
   end
 end
 
@@ -518,7 +499,7 @@ function T.test_clip_grad_norm_leaves_small_gradients_alone()
   local p, q = param({0, 0}), param({5})
   set_grad(p, {0.3, 0.4})
   local total = optim.clip_grad_norm({p, q}, 1.0, {norm_type = 2})
-  assert_close({total}, {0.5}, 1e-7)
+  assert_close({total}, {0.5}, within(1e-7))
   lu.assertEquals(flat(p.grad), flat(glimpse.tensor({0.3, 0.4})))
   lu.assertEquals(optim.clip_grad_norm({q}, 1.0), 0.0)   -- no gradients at all
 end
@@ -537,7 +518,7 @@ function T.test_clip_grad_value_clamps_each_entry()
   set_grad(q, {-0.1})
   optim.clip_grad_value({p, q}, 1)
   lu.assertEquals(flat(p.grad), {-1, 0.5, 1})
-  assert_close(flat(q.grad), {-0.1}, 1e-7)
+  assert_close(flat(q.grad), {-0.1}, within(1e-7))
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -603,7 +584,7 @@ function T.test_linear_warmup_without_after_holds_the_base_lr()
     seq[e] = s:get_lr()[1]
     s:step()
   end
-  assert_close(seq, {0, 0.25, 0.5, 0.75, 1, 1}, 1e-12)
+  assert_close(seq, {0, 0.25, 0.5, 0.75, 1, 1}, within(1e-12))
 end
 
 function T.test_schedule_state_resumes_the_same_lr_sequence()

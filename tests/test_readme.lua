@@ -8,6 +8,8 @@
 --   -- (not run by the tests: <reason>)
 -- and is skipped; keep those rare.  Blocks in other languages (```sh, plain ```) are text.
 local lu = require "luaunit"
+local helpers = require "tests.helpers"
+local read_file, write_file = helpers.read_file, helpers.write_file
 
 local T = {}
 
@@ -19,19 +21,6 @@ local ERROR_LINES = 12          -- lines of a failing block's output shown in th
 
 -- ---------------------------------------------------------------------------------------
 -- helpers
-
-local function read_file(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
 
 --- extract_blocks(text) -> array of {line = n, lang = "lua", code = "...", first = "..."}:
 --- the fenced code blocks of a Markdown text (``` or ~~~ fences, possibly indented), with

@@ -8,6 +8,9 @@
 -- Completion itself is checked in this process through the hidden global _glimpse_complete.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local helpers = require "tests.helpers"
+local sh_quote, tmpdir, rmdir = helpers.sh_quote, helpers.tmpdir, helpers.rmdir
+local read_file, write_file = helpers.read_file, helpers.write_file
 
 local T = {}
 
@@ -16,35 +19,6 @@ local POLL_S = 0.05
 
 -- ---------------------------------------------------------------------------------------
 -- helpers
-
-local function sh_quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. sh_quote(d)))
-  return d
-end
-
-local function rmdir(d)
-  os.execute("rm -rf " .. sh_quote(d))
-end
-
-local function read_file(p)
-  local f = io.open(p, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(p, s)
-  local f = assert(io.open(p, "wb"))
-  f:write(s)
-  f:close()
-end
 
 -- The executable under test: arg[-1] when that is a glimpse (it answers with its version).
 local function find_exe()

@@ -1,6 +1,6 @@
 -- tests/test_rnn.lua -- the recurrent family: fused cells and sequences (engine/ops_rnn.c,
 -- bindings/l_rnn.c) and the modules nn.RNNCell/LSTMCell/GRUCell, nn.RNN/LSTM/GRU
--- (bindings/glimpse/nn_rnn.lua).
+-- (bindings/glimpse/nn/rnn.lua).
 --
 -- Oracles: a double-precision Lua implementation of the three recurrences (forward, and
 -- gradients by central differences in double precision), PyTorch fixtures made by
@@ -9,6 +9,7 @@
 -- the reverse direction starts at each sample's own last step.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
+local assert_close = require("tests.helpers").assert_close
 local nn = glimpse.nn
 
 local T = {}
@@ -37,24 +38,12 @@ local function randn_flat(n)
   return flat(glimpse.randn(n))
 end
 
--- max |a - b| - (rtol |b| + atol) must stay <= 0; report the worst element
-local function assert_close(a, b, rtol, atol, what)
-  local fa = glimpse.is_tensor(a) and flat(a) or a
-  local fb = glimpse.is_tensor(b) and flat(b) or b
-  lu.assertEquals(#fa, #fb, what .. ": sizes differ")
-  local worst, wi = -math.huge, 0
-  for i = 1, #fa do
-    local excess = math.abs(fa[i] - fb[i]) - (rtol * math.abs(fb[i]) + atol)
-    if excess ~= excess then excess = math.huge end
-    if excess > worst then worst, wi = excess, i end
-  end
-  if worst > 0 then
-    lu.fail(string.format("%s: element %d: got %.9g, expected %.9g", what, wi, fa[wi], fb[wi]))
-  end
-end
+-- assert_close's tolerance here: |a_i - b_i| <= rtol |b_i| + atol for every element
+local function within(rtol, atol) return {rtol = rtol, atol = atol, per_element = true} end
+local TORCH_CLOSE = within(TORCH_RTOL, TORCH_ATOL)
 
 local function assert_equal_exactly(a, b, what)
-  assert_close(a, b, 0, 0, what)
+  assert_close(a, b, within(0, 0), what)
 end
 
 local function sigmoid(x) return 1 / (1 + math.exp(-x)) end
@@ -190,9 +179,9 @@ local function check_against_reference(p, seq)
   for _, e in ipairs(list) do tens[e[1]] = tensor_of(p[e[1]], e[2], true) end
   local out = run_glimpse(p, tens, seq)
   local y, h, c = ref_seq(p)
-  if seq then assert_close(out.y, y, 0, FWD_TOL, p.kind .. " y") end
-  assert_close(out.h, h, 0, FWD_TOL, p.kind .. " h")
-  if out.c then assert_close(out.c, c, 0, FWD_TOL, p.kind .. " c") end
+  if seq then assert_close(out.y, y, within(0, FWD_TOL), p.kind .. " y") end
+  assert_close(out.h, h, within(0, FWD_TOL), p.kind .. " h")
+  if out.c then assert_close(out.c, c, within(0, FWD_TOL), p.kind .. " c") end
 
   -- loss = sum(out * proj) over the outputs, the same projection on both sides
   local proj = {}
@@ -228,7 +217,7 @@ local function check_against_reference(p, seq)
       arr[i] = v
       numeric[i] = (fp - fm) / (2 * FD_EPS)
     end
-    assert_close(g, numeric, GRAD_RTOL, GRAD_ATOL,
+    assert_close(g, numeric, within(GRAD_RTOL, GRAD_ATOL),
                  string.format("%s%s d/d%s", p.kind, seq and " seq" or " cell", name))
   end
 end
@@ -363,10 +352,10 @@ function T.test_sequence_op_equals_a_loop_of_masked_cells()
         if kind == "lstm" then h, c = glimpse.lstm_cell(xt, h, c, w, b, mt)
         elseif kind == "gru" then h = glimpse.gru_cell(xt, h, w, b, mt)
         else h = glimpse.rnn_cell(xt, h, w, b, mt, kind) end
-        assert_close(y:select(2, t), h * mt:reshape(B, 1), 0, 1e-6, kind .. " step " .. t)
+        assert_close(y:select(2, t), h * mt:reshape(B, 1), within(0, 1e-6), kind .. " step " .. t)
       end
-      assert_close(hn, h, 0, 1e-6, kind .. " h_n")
-      if c then assert_close(cn, c, 0, 1e-6, kind .. " c_n") end
+      assert_close(hn, h, within(0, 1e-6), kind .. " h_n")
+      if c then assert_close(cn, c, within(0, 1e-6), kind .. " c_n") end
     end
   end
 end
@@ -417,18 +406,17 @@ local function check_cell_fixture(name, cls)
   if c then outs.h, outs.c = cell(x, h, c) else outs.h = cell(x, h) end
   local loss
   for k, v in pairs(outs) do
-    assert_close(v, sd["output." .. k], TORCH_RTOL, TORCH_ATOL,
-                 name .. " output " .. k)
+    assert_close(v, sd["output." .. k], TORCH_CLOSE, name .. " output " .. k)
     local term = (v * sd["upstream." .. k]):sum()
     loss = loss and loss + term or term
   end
   loss:backward()
-  assert_close(x.grad, sd["grad.x"], TORCH_RTOL, TORCH_ATOL, name .. " grad x")
-  assert_close(h.grad, sd["grad.h"], TORCH_RTOL, TORCH_ATOL, name .. " grad h")
-  if c then assert_close(c.grad, sd["grad.c"], TORCH_RTOL, TORCH_ATOL, name .. " grad c") end
+  assert_close(x.grad, sd["grad.x"], TORCH_CLOSE, name .. " grad x")
+  assert_close(h.grad, sd["grad.h"], TORCH_CLOSE, name .. " grad h")
+  if c then assert_close(c.grad, sd["grad.c"], TORCH_CLOSE, name .. " grad c") end
   local n = 0
   for pname, p in cell:named_parameters() do
-    assert_close(p.grad, sd["grad." .. pname], TORCH_RTOL, TORCH_ATOL, name .. " grad " .. pname)
+    assert_close(p.grad, sd["grad." .. pname], TORCH_CLOSE, name .. " grad " .. pname)
     n = n + 1
   end
   lu.assertEquals(n, 4)
@@ -458,17 +446,17 @@ local function check_bidir_fixture(name, cls)
   local outs = {out = out, h = state.h, c = state.c}
   local loss
   for k, v in pairs(outs) do
-    assert_close(v, sd["output." .. k], TORCH_RTOL, TORCH_ATOL, name .. " output " .. k)
+    assert_close(v, sd["output." .. k], TORCH_CLOSE, name .. " output " .. k)
     local term = (v * sd["upstream." .. k]):sum()
     loss = loss and loss + term or term
   end
   loss:backward()
-  assert_close(x.grad, sd["grad.x"], TORCH_RTOL, TORCH_ATOL, name .. " grad x")
-  assert_close(h0.grad, sd["grad.h0"], TORCH_RTOL, TORCH_ATOL, name .. " grad h0")
-  if c0 then assert_close(c0.grad, sd["grad.c0"], TORCH_RTOL, TORCH_ATOL, name .. " grad c0") end
+  assert_close(x.grad, sd["grad.x"], TORCH_CLOSE, name .. " grad x")
+  assert_close(h0.grad, sd["grad.h0"], TORCH_CLOSE, name .. " grad h0")
+  if c0 then assert_close(c0.grad, sd["grad.c0"], TORCH_CLOSE, name .. " grad c0") end
   local n = 0
   for pname, p in net:named_parameters() do
-    assert_close(p.grad, sd["grad." .. pname], TORCH_RTOL, TORCH_ATOL, name .. " grad " .. pname)
+    assert_close(p.grad, sd["grad." .. pname], TORCH_CLOSE, name .. " grad " .. pname)
     n = n + 1
   end
   lu.assertEquals(n, 16)
@@ -559,9 +547,9 @@ function T.test_reverse_direction_starts_at_each_samples_last_valid_step()
     -- the same sample alone, cut to its length, with no padding at all
     local xb = x:narrow(1, b, 1):narrow(2, 1, n)
     local ob, sb = net(xb)
-    assert_close(out:narrow(1, b, 1):narrow(2, 1, n), ob, 0, 1e-5, "out of sample " .. b)
-    assert_close(st.h:narrow(2, b, 1), sb.h, 0, 1e-5, "h of sample " .. b)
-    assert_close(st.c:narrow(2, b, 1), sb.c, 0, 1e-5, "c of sample " .. b)
+    assert_close(out:narrow(1, b, 1):narrow(2, 1, n), ob, within(0, 1e-5), "out of sample " .. b)
+    assert_close(st.h:narrow(2, b, 1), sb.h, within(0, 1e-5), "h of sample " .. b)
+    assert_close(st.c:narrow(2, b, 1), sb.c, within(0, 1e-5), "c of sample " .. b)
   end
 end
 
@@ -669,6 +657,86 @@ function T.test_module_argument_errors_are_clear()
   ok, err = pcall(nn.GRU, 3, 0)
   lu.assertFalse(ok)
   lu.assertStrContains(err, "hidden size")
+end
+
+-- ---------------------------------------------------------------------------------------
+-- step: one decoding step with a sequence layer's own weights
+
+local function step_through(m, x, state)
+  local outs, s = {}, state
+  for t = 1, x:size(2) do
+    local o
+    o, s = m:step(x:select(2, t), s)
+    outs[t] = o
+  end
+  return glimpse.stack(outs, 2), s
+end
+
+function T.test_step_t_times_equals_forward_over_t_steps()
+  glimpse.manual_seed(11)
+  for _, kind in ipairs({"LSTM", "GRU", "RNN"}) do
+    for _, layers in ipairs({1, 3}) do
+      local m = nn[kind](5, 6, {layers = layers})
+      local x = glimpse.randn(4, 7, 5)
+      local h0 = {h = glimpse.randn(layers, 4, 6)}
+      if kind == "LSTM" then h0.c = glimpse.randn(layers, 4, 6) end
+      for _, st in ipairs({false, h0}) do
+        local out, state = m(x, nil, st or nil)
+        local sout, sstate = step_through(m, x, st or nil)
+        local what = string.format("%s layers=%d state=%s", kind, layers, tostring(st ~= false))
+        lu.assertEquals(sout.shape, {4, 7, 6}, what)
+        lu.assertEquals(sout:totable(), out:totable(), what .. ": outputs")
+        lu.assertEquals(sstate.h:totable(), state.h:totable(), what .. ": h")
+        if kind == "LSTM" then
+          lu.assertEquals(sstate.c:totable(), state.c:totable(), what .. ": c")
+        else
+          lu.assertNil(sstate.c, what)
+        end
+      end
+      -- a length-1 sequence: the step's output is forward's only output
+      local x1 = glimpse.randn(3, 1, 5)
+      local out1, st1 = m(x1)
+      local o, s = m:step(x1:select(2, 1))
+      lu.assertEquals(o:totable(), out1:select(2, 1):totable(), kind .. ": T = 1")
+      lu.assertEquals(s.h:totable(), st1.h:totable(), kind .. ": T = 1 state")
+    end
+  end
+end
+
+function T.test_step_is_differentiable_like_forward()
+  glimpse.manual_seed(12)
+  for _, kind in ipairs({"LSTM", "GRU", "RNN"}) do
+    local m = nn[kind](3, 4, {layers = 2})
+    local x = glimpse.randn(2, 3, 3)
+    local out = m(x)
+    out:sum():backward()
+    local want = {}
+    for name, p in m:named_parameters() do want[name] = p.grad:totable() end
+    m:zero_grad()
+    local xs = x:detach():requires_grad()
+    local sout = step_through(m, xs)
+    lu.assertTrue(sout.requires_grad_flag, kind)
+    sout:sum():backward()
+    for name, p in m:named_parameters() do
+      assert_close(p.grad, glimpse.tensor(want[name]), within(1e-5, 1e-6),
+                   kind .. " grad " .. name)
+    end
+    lu.assertNotNil(xs.grad, kind .. ": no gradient reached the input")
+  end
+end
+
+function T.test_step_errors()
+  local bi = nn.LSTM(3, 4, {bidirectional = true})
+  local ok, err = pcall(bi.step, bi, glimpse.randn(2, 3))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "LSTM:step: a bidirectional layer has no single step")
+  local m = nn.GRU(3, 4, {layers = 2})
+  ok, err = pcall(m.step, m, glimpse.randn(2, 5))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "GRU:step: input [2,5] should be (B,3)")
+  ok, err = pcall(m.step, m, glimpse.randn(2, 3), {h = glimpse.zeros(1, 2, 4)})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "state.h [1,2,4] should be (2,2,4)")
 end
 
 return T

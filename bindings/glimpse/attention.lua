@@ -1,7 +1,8 @@
 --- glimpse.attention -- the functional attention library.
 --
--- Everything here works on plain tensors (no modules): the nn modules in
--- glimpse/nn_attention.lua hold the parameters and call these functions.  Notation follows
+-- Everything here works on plain tensors (no modules): the nn modules in glimpse/nn/
+-- (attention.lua, multihead.lua, pointer.lua) hold the parameters and call these functions.
+-- Notation follows
 -- /work/shared/REFERENCES.md: query q (B,Dq), keys k (B,L,Dk), values (B,L,Dv), mask (B,L)
 -- with 1 = a real position and 0 = padding; alpha (B,L); context ctx (B,Dv).
 --
@@ -172,8 +173,21 @@ SCORE.additive = {
   end,
 }
 
+-- W_q, the query half of the concat score's W (H, Dq+Dk), checked against the query's width
+local function concat_query_weight(p, cache, q)
+  local dq = p.W.shape[2] - cache.key_width
+  if q.shape[2] ~= dq then
+    error(string.format("attention: concat W {%s} with keys of width %d needs queries of " ..
+                        "width %d, got %d", table.concat(p.W.shape, ","), cache.key_width, dq,
+                        q.shape[2]), 4)
+  end
+  return p.W:narrow(2, 1, dq)
+end
+
 SCORE.concat = {
-  -- W [q; k] = W_q q + W_k k with W = [W_q W_k]: the key half is applied once per sequence
+  -- W [q; k] = W_q q + W_k k with W = [W_q W_k]: the key half is applied once per sequence;
+  -- the query half is cut from W at each step (the cache holds per-sequence values only, so
+  -- a decoder can reorder every tensor in it by row)
   precompute = function(p, keys)
     local dk = key_dim(keys)
     local dq = p.W.shape[2] - dk
@@ -181,12 +195,13 @@ SCORE.concat = {
       error(string.format("attention: concat W {%s} is too narrow for keys of width %d",
                           table.concat(p.W.shape, ","), dk), 3)
     end
-    return {uk = glimpse.linear(keys, p.W:narrow(2, dq + 1, dk)), Wq = p.W:narrow(2, 1, dq)}
+    return {uk = glimpse.linear(keys, p.W:narrow(2, dq + 1, dk)), key_width = dk}
   end,
   step = function(p, cache, q, values, mask, o)
     local uk = cache.uk
     if o.extra then uk = uk + o.extra end
-    return C.additive(glimpse.linear(q, cache.Wq), uk, p.v, values, mask, o.prior, o)
+    return C.additive(glimpse.linear(q, concat_query_weight(p, cache, q)), uk, p.v, values,
+                      mask, o.prior, o)
   end,
 }
 
@@ -260,7 +275,8 @@ function M.scores(score, p, cache, q)
     local e = cache.k:matmul(q:reshape(B, D, 1)):reshape(B, L)
     return cache.scale and e * cache.scale or e
   elseif score == "additive" or score == "concat" then
-    local wq = score == "additive" and glimpse.linear(q, p.W, p.b) or glimpse.linear(q, cache.Wq)
+    local wq = score == "additive" and glimpse.linear(q, p.W, p.b)
+               or glimpse.linear(q, concat_query_weight(p, cache, q))
     local B, L, H = cache.uk.shape[1], cache.uk.shape[2], cache.uk.shape[3]
     local t = (cache.uk + wq:reshape(B, 1, H)):tanh()
     return t:matmul(p.v:reshape(H, 1)):reshape(B, L)

@@ -11,11 +11,12 @@
 -- index_select on dim 1 -- to follow the surviving beams, and to drop sequences that have
 -- finished -- so anything with one row per sequence (encoder outputs, masks, attention
 -- caches) must be in the state, not captured by the step function.  N changes from step to
--- step for that reason (a tensor that is not per row, such as a weight cached beside the
--- per-row ones, goes in opts.keep and passes through untouched).  log_probs must be log-probabilities (<= 0; pass logits=true to
--- have log_softmax applied): beam search stops early only when no unfinished hypothesis
--- can still win, and that bound needs scores that never grow.  Everything runs under
--- glimpse.no_grad.
+-- step for that reason.  The states of nn.Attention:precompute and nn.Pointer:precompute
+-- hold per-sequence tensors only (their weights stay on the modules); a tensor of your own
+-- that is not per row goes in opts.keep and passes through untouched.  log_probs must be
+-- log-probabilities (<= 0; pass logits=true to have log_softmax applied): beam search
+-- stops early only when no unfinished hypothesis can still win, and that bound needs scores
+-- that never grow.  Everything runs under glimpse.no_grad.
 --
 -- References: beam search as in fairseq's SequenceGenerator and OpenNMT's Beam (an end token
 -- finishes a hypothesis only when it ranks among the top `beam` candidates, so beam=1 is

@@ -1,4 +1,4 @@
---- glimpse.nn_rnn -- the recurrent modules, merged into glimpse.nn by nn.lua:
+--- glimpse.nn.rnn -- the recurrent modules:
 -- nn.RNNCell, nn.LSTMCell, nn.GRUCell (one step) and nn.RNN, nn.LSTM, nn.GRU (batch-first
 -- sequences, several layers, bidirectional, per-sample lengths).
 --
@@ -11,13 +11,7 @@
 -- and one fused recurrence node per layer and direction.
 local glimpse = require "glimpse"
 
--- The Module base class lives in nn.lua, which merges this file's classes into glimpse.nn.
-local function base_module()
-  local nn = package.loaded["glimpse.nn"]
-  if type(nn) ~= "table" or not nn.Module then nn = require "glimpse.nn" end
-  return nn.Module
-end
-local Module = base_module()
+local Module = require("glimpse.nn.module").Module
 
 local M = {}
 
@@ -328,6 +322,43 @@ local function seq_forward(self, x, lengths, state)
   return input, out
 end
 
+-- out, state = m:step(x, state): one time step of RNN, LSTM and GRU with the layer's weights
+local function seq_step(self, x, state)
+  local fname = self.kind .. ":step"
+  if self.bidirectional then
+    error(fname .. ": a bidirectional layer has no single step (its reverse direction " ..
+          "reads the sequence from the end); run forward on the whole sequence", 3)
+  end
+  if not glimpse.is_tensor(x) or x:dim() ~= 2 or x:size(2) ~= self.input_size then
+    error(string.format("%s: input %s should be (B,%d)", fname,
+                        glimpse.is_tensor(x) and shape_str(x) or type(x), self.input_size), 3)
+  end
+  local h0, c0 = initial_state(self, state, x:size(1), false, fname)
+  local hn, cn = {}, {}
+  local input = x
+  for l = 0, self.num_layers - 1 do
+    local k = l + 1
+    -- the same input projection and fused cell as one step of forward's recurrence
+    local xp = glimpse.linear(input, self["weight_ih_l" .. l], self["bias_ih_l" .. l])
+    local w, b = self["weight_hh_l" .. l], self["bias_hh_l" .. l]
+    local hs = h0 and h0[k]
+    if self.kind == "LSTM" then
+      hn[k], cn[k] = glimpse.lstm_cell(xp, hs, c0 and c0[k], w, b)
+    elseif self.kind == "GRU" then
+      hn[k] = glimpse.gru_cell(xp, hs, w, b)
+    else
+      hn[k] = glimpse.rnn_cell(xp, hs, w, b, nil, self.nonlinearity)
+    end
+    input = hn[k]
+    if self.dropout > 0 and self.training and l < self.num_layers - 1 then
+      input = glimpse.dropout(input, self.dropout, true)
+    end
+  end
+  local out = {h = glimpse.stack(hn, 1)}
+  if self.kind == "LSTM" then out.c = glimpse.stack(cn, 1) end
+  return input, out
+end
+
 local function seq_extra_repr(self)
   local s = string.format("%d, %d", self.input_size, self.hidden_size)
   if self.num_layers ~= 1 then s = s .. ", num_layers=" .. self.num_layers end
@@ -360,6 +391,15 @@ function LSTM:forward(x, lengths, state)
   return seq_forward(self, x, lengths, state)
 end
 
+--- out, state = lstm:step(x (B,D), state) -- one time step with the layer's own weights, for
+-- decoding one token at a time: out (B,H) is the last layer's h, state {h=, c=}
+-- (layers, B, H) is what forward returns and takes (nil: zeros).  Differentiable; the
+-- numbers are those of forward over a sequence, one step at a time (dropout between layers
+-- is drawn afresh in training mode).  A bidirectional layer has no step (an error).
+function LSTM:step(x, state)
+  return seq_step(self, x, state)
+end
+
 LSTM.extra_repr = seq_extra_repr
 
 local GRU = Module:extend("GRU")
@@ -376,6 +416,12 @@ function GRU:forward(x, lengths, state)
   return seq_forward(self, x, lengths, state)
 end
 
+--- out, state = gru:step(x (B,D), state) -> out (B,H), state.h (layers,B,H): one time step,
+-- as LSTM:step
+function GRU:step(x, state)
+  return seq_step(self, x, state)
+end
+
 GRU.extra_repr = seq_extra_repr
 
 local RNN = Module:extend("RNN")
@@ -390,6 +436,12 @@ end
 --- out, state = rnn(x (B,T,D), lengths, {h=}) -> out (B,T,H*dirs), state.h (layers*dirs,B,H)
 function RNN:forward(x, lengths, state)
   return seq_forward(self, x, lengths, state)
+end
+
+--- out, state = rnn:step(x (B,D), state) -> out (B,H), state.h (layers,B,H): one time step,
+-- as LSTM:step
+function RNN:step(x, state)
+  return seq_step(self, x, state)
 end
 
 RNN.extra_repr = seq_extra_repr

@@ -1,6 +1,5 @@
---- glimpse.nn_attention -- the attention modules, merged into glimpse.nn by nn.lua:
--- nn.Attention (every score and mode of glimpse.attention behind one calling convention),
--- nn.MultiheadAttention (PyTorch's parameter names) and nn.Pointer (Vinyals et al. 2015).
+--- glimpse.nn.attention -- nn.Attention: every score and mode of glimpse.attention behind one
+-- calling convention.
 --
 --   local att = nn.Attention{score = "additive", query = 128, key = 64, hidden = 64}
 --   local state = att:precompute(keys, values, mask)     -- keys projected once per sequence
@@ -15,40 +14,19 @@
 -- samples.  Passing no state (or new keys) starts a new sequence.
 local glimpse = require "glimpse"
 local att = require "glimpse.attention"
+local base = require "glimpse.nn.module"
+local Linear = require("glimpse.nn.linear").Linear
 
--- The Module base class lives in nn.lua, which merges this file's classes into glimpse.nn.
-local function base_module()
-  local nn = package.loaded["glimpse.nn"]
-  if type(nn) ~= "table" or not nn.Module then nn = require "glimpse.nn" end
-  return nn
-end
-local nn = base_module()
-local Module = nn.Module
-
-local M = {}
-
-local function uniform(shape, bound)
-  local t = glimpse.empty(table.unpack(shape))
-  t:uniform_(-bound, bound)
-  return t:requires_grad()
-end
-
-local function check_dim(v, what, cls)
-  if math.type(v) ~= "integer" or v < 1 then
-    error(string.format("%s: %s must be a positive integer, got %s", cls, what, tostring(v)), 4)
-  end
-end
-
-local function one_of(v, list, what, cls)
-  for _, x in ipairs(list) do if x == v then return v end end
-  error(string.format("%s: unknown %s %q (one of %s)", cls, what, tostring(v),
-                      table.concat(list, ", ")), 4)
-end
+local Module = base.Module
+local uniform, check_dim = base.uniform, base.check_dim
+local one_of = base.one_of
 
 -- A Linear layer without depending on its constructor's argument checks' wording.
 local function linear(din, dout, bias)
-  return nn.Linear(din, dout, {bias = bias})
+  return Linear(din, dout, {bias = bias})
 end
+
+local M = {}
 
 -- ---------------------------------------------------------------------------------------
 -- nn.Attention
@@ -255,109 +233,6 @@ function Attention:extra_repr()
   if self.temperature ~= 1 then s = s .. ", temperature=" .. self.temperature end
   if self.use_coverage then s = s .. ", coverage=true" end
   return s
-end
-
--- ---------------------------------------------------------------------------------------
--- nn.MultiheadAttention
-
-local MultiheadAttention = Module:extend("MultiheadAttention")
-M.MultiheadAttention = MultiheadAttention
-
---- nn.MultiheadAttention(d, heads, {causal=false, dropout=0, bias=true}) -> module
--- PyTorch's parameters: in_proj_weight (3d,d) (Xavier uniform), in_proj_bias (3d) (zeros),
--- out_proj.weight (d,d), out_proj.bias (d) (zeros), so its state dict loads unchanged.
--- Forward: out (B,Tq,d), weights (B,Tq,Tk) (averaged over heads) =
---   mha(query (B,Tq,d), key (B,Tk,d) or nil, value (B,Tk,d) or nil, mask (B,Tk) or nil,
---       {causal=, need_weights=true})   -- key/value nil: self-attention; mask: 1 = attend,
---   0 = padding; need_weights = false returns weights nil and skips averaging them.
-function MultiheadAttention:init(d, heads, opts)
-  local cls = "nn.MultiheadAttention"
-  check_dim(d, "embed_dim", cls)
-  check_dim(heads, "num_heads", cls)
-  if d % heads ~= 0 then
-    error(string.format("%s: embed_dim %d is not a multiple of num_heads %d", cls, d, heads), 3)
-  end
-  opts = opts or {}
-  self.embed_dim, self.num_heads = d, heads
-  self.causal = opts.causal and true or false
-  self.dropout = opts.dropout or 0
-  local bound = math.sqrt(6 / (d + 3 * d))            -- xavier_uniform_ on (3d, d)
-  self.in_proj_weight = uniform({3 * d, d}, bound)
-  if opts.bias ~= false then self.in_proj_bias = glimpse.zeros(3 * d):requires_grad() end
-  self.out_proj = linear(d, d, opts.bias ~= false)
-  if self.out_proj.bias then glimpse.no_grad(function() self.out_proj.bias:zero_() end) end
-end
-
-function MultiheadAttention:forward(query, key, value, mask, opts)
-  if not glimpse.is_tensor(query) or query:dim() ~= 3 or query.shape[3] ~= self.embed_dim then
-    error(string.format("MultiheadAttention: query must be (B,T,%d)", self.embed_dim), 2)
-  end
-  local causal = self.causal
-  if opts and opts.causal ~= nil then causal = opts.causal end
-  return att.multi_head(query, key, value, {
-    heads = self.num_heads, in_proj_weight = self.in_proj_weight,
-    in_proj_bias = self.in_proj_bias, out_weight = self.out_proj.weight,
-    out_bias = self.out_proj.bias}, {mask = mask, causal = causal, dropout = self.dropout,
-                                     training = self.training,
-                                     need_weights = not (opts and opts.need_weights == false)})
-end
-
-function MultiheadAttention:extra_repr()
-  return string.format("embed_dim=%d, num_heads=%d, causal=%s, dropout=%g", self.embed_dim,
-                       self.num_heads, tostring(self.causal), self.dropout)
-end
-
--- ---------------------------------------------------------------------------------------
--- nn.Pointer
-
-local Pointer = Module:extend("Pointer")
-M.Pointer = Pointer
-
---- nn.Pointer{query=Dq, key=Dk, hidden=H} -> module
--- u_j = v^T tanh(W1 k_j + W2 q) over input positions j (Vinyals et al. 2015, eq. 3); the
--- output distribution is softmax(u) over the positions that are neither padding nor already
--- chosen.  Forward: logits (B,L) (invalid positions at -1e9: feed them to cross_entropy),
--- probs (B,L) (exactly 0 at invalid positions), state =
---   ptr(query (B,Dq), keys (B,L,Dk), mask (B,L) or nil, chosen (B,L) or nil, state or nil)
-function Pointer:init(o)
-  local cls = "nn.Pointer"
-  if type(o) ~= "table" then error(cls .. ": expected an options table {query=, key=, hidden=}", 3) end
-  local dq, dk = o.query, o.key or o.query
-  check_dim(dq, "query", cls)
-  check_dim(dk, "key", cls)
-  local dh = o.hidden or dk
-  check_dim(dh, "hidden", cls)
-  self.query_size, self.key_size, self.hidden_size = dq, dk, dh
-  self.key_proj = linear(dk, dh, false)     -- W1
-  self.query_proj = linear(dq, dh, false)   -- W2
-  self.v = uniform({dh}, 1 / math.sqrt(dh))
-end
-
---- ptr:precompute(keys (B,L,Dk), mask) -> state (W1 k projected once per sequence)
-function Pointer:precompute(keys, mask)
-  if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
-  return {keys = keys, mask = mask, uk = glimpse.linear(keys, self.key_proj.weight)}
-end
-
-function Pointer:forward(q, keys, mask, chosen, state)
-  if keys == nil and state then keys, mask = state.keys, mask or state.mask end
-  if not state or state.keys ~= keys then state = self:precompute(keys, mask) end
-  local e = att.additive_scores(glimpse.linear(q, self.query_proj.weight), state.uk, self.v)
-  local logits = att.pointer_logits(e, mask or state.mask, chosen)
-  return logits, glimpse.softmax(logits, 2), state
-end
-
---- Pointer.mark(chosen (B,L) or nil, idx (B,1) 1-based, B, L) -> chosen with idx set to 1
-function Pointer.mark(chosen, idx, B, L)
-  return glimpse.no_grad(function()
-    chosen = chosen and chosen:detach() or glimpse.zeros(B, L)
-    return chosen:scatter_add(2, idx, glimpse.ones(idx.shape[1], 1)):clamp(0, 1)
-  end)
-end
-
-function Pointer:extra_repr()
-  return string.format("query=%d, key=%d, hidden=%d", self.query_size, self.key_size,
-                       self.hidden_size)
 end
 
 return M

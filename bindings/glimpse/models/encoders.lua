@@ -1,4 +1,5 @@
---- glimpse.models -- CNN encoders that turn images into attention annotation grids.
+--- glimpse.models.encoders -- CNN encoders that turn images into attention annotation grids
+-- (published as glimpse.models, with the models built on them).
 --
 --   local models = glimpse.models
 --   local enc = models.SmallCNN{in_channels = 1}            -- trained from scratch (64x64 -> 8x8)
@@ -704,9 +705,5 @@ function M.fill_deterministic_(m, seed)
   end)
   return m
 end
-
--- the Show, Attend and Tell captioner, also reachable as glimpse.captioner (it requires this
--- module only on first use, so there is no loop)
-M.Captioner = require("glimpse.captioner").Captioner
 
 return M

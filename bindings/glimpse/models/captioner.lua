@@ -1,0 +1,769 @@
+--- glimpse.models.captioner (also glimpse.captioner and glimpse.models.Captioner) -- "Show,
+-- Attend and Tell" (Xu et al. 2015): an image captioner with soft or hard attention over a
+-- CNN's annotation grid, trained with teacher forcing, decoded with beam search, saved as one
+-- self-contained safetensors file.
+--
+--   local Captioner = require("glimpse.captioner").Captioner
+--   local cap = Captioner{vocab = ds.vocab, encoder = {name = "small", in_channels = 1},
+--                         attention = "soft", doubly_stochastic = 1}
+--   local loss, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+--   local words, tokens, alphas = cap:caption(image, {beam = 3})   -- "a bag above a coat"
+--   cap:overlays(image, alphas, words, "/tmp/strip.png")           -- where each word looked
+--   cap:save("model.safetensors");  cap = Captioner.load("model.safetensors")
+--
+-- The model (the paper's section 3, with its equation numbers):
+--   a = encoder:grid(image)                     annotations a_1..a_L (B,L,D)
+--   h_0 = tanh(f_init,h(mean_i a_i)), c_0 = tanh(f_init,c(mean_i a_i))         (sec. 3.1.2)
+--   e_ti = f_att(a_i, h_{t-1}), alpha_t = softmax(e_t)                        (eq. 4, 5)
+--     f_att is any nn.Attention score (additive = the paper's MLP, the default); keys are
+--     projected once per image
+--   soft: z_t = beta_t sum_i alpha_ti a_i, beta_t = sigmoid(f_beta(h_{t-1}))  (eq. 13, 4.2.1)
+--   hard: z_t = beta_t a_{s_t}, s_t ~ Multinoulli(alpha_t) (training), the expected context
+--     for a whole batch with probability soft_prob (0.5); argmax (or the expected context,
+--     hard_eval="soft") at test time                                       (sec. 4.1)
+--   i,f,o,g / c_t / h_t: an LSTM step on [E y_{t-1}; z_t]                     (eq. 1-3)
+--   p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z z_t))    (deep output, eq. 7; dropout on
+--     the sum; output_tanh=true puts a tanh there, as the authors' code does)
+-- Loss per token: the cross-entropy over real (non-pad) words
+--   + lambda sum_i (1 - sum_t alpha_ti)^2 per caption (doubly stochastic, eq. 14)
+--   + hard: the REINFORCE surrogate of eq. 12: lambda_r (log p(y|s,a) - b n) log p(s|a)
+--     - lambda_e H[s], with the moving average b <- 0.9 b + 0.1 log p(y|s,a) / n kept per
+--     word (n: the caption's length), so that long and short captions compare fairly.
+-- Sentence-level terms are divided by the number of real tokens in the batch (as the
+-- cross-entropy is), which keeps the paper's ratio between them.
+local glimpse = require "glimpse"
+local nn = glimpse.nn
+local att = glimpse.attention
+local decode = glimpse.decode
+local Vocab = glimpse.data.Vocab
+local encoders = require "glimpse.models.encoders"
+
+local M = {}
+
+local FORMAT = "glimpse.captioner"
+local FORMAT_VERSION = "1"
+local DEFAULT_MAX_LEN = 30
+
+local function shape_str(t)
+  return glimpse.is_tensor(t) and "{" .. table.concat(t.shape, ",") .. "}" or type(t)
+end
+
+local function fail(level, fmt, ...)
+  error(string.format(fmt, ...), level + 1)
+end
+
+local function json()
+  return require "glimpse.util"
+end
+
+
+-- ---------------------------------------------------------------------------------------
+-- the vocabulary and the encoder from options
+
+-- a Vocab object, a full id list (specials first, as vocab:totable() gives) or a token list
+local function make_vocab(v, level)
+  if type(v) ~= "table" then
+    fail(level, "Captioner: option 'vocab' must be a vocabulary (datasets/vocab.lua) or a list " ..
+                "of words, got %s", type(v))
+  end
+  if v.itos and v.stoi then return v end
+  if v[1] == Vocab.SPECIALS[1] then return Vocab.from_list(v) end
+  return Vocab.new(v)
+end
+
+-- the models.encoder(name, opts) spec that rebuilds an encoder module (for the checkpoint)
+local function encoder_spec(enc)
+  local arch = enc.arch
+  if arch == "SmallCNN" then
+    local bn = false
+    for _, m in ipairs(enc:modules()) do
+      if m.__name == "BatchNorm2d" then bn = true end
+    end
+    local k = 3
+    for _, m in ipairs(enc:modules()) do
+      if m.__name == "Conv2d" then k = m.weight.shape[3] break end
+    end
+    return {name = "small", in_channels = enc.in_channels, channels = enc.channels,
+            batch_norm = bn, kernel_size = k}
+  end
+  return {name = arch, classifier = enc:has_head()}
+end
+
+local function make_encoder(e, level)
+  if type(e) == "table" and type(e.grid) == "function" then
+    if type(e.grid_dim) ~= "number" or type(e.grid_size) ~= "function" then
+      fail(level, "Captioner: the encoder module needs grid_dim and grid_size(H, W) " ..
+                  "(glimpse.models' encoders have them)")
+    end
+    return e, encoder_spec(e)
+  end
+  if e ~= nil and type(e) ~= "table" then
+    fail(level, "Captioner: option 'encoder' must be an encoder module with :grid or a table " ..
+                "of glimpse.models options {name=\"small\", in_channels=, channels=}, got %s",
+         type(e))
+  end
+  local spec = {}
+  for k, v in pairs(e or {}) do spec[k] = v end
+  spec.name = spec.name or "small"
+  local opts = {}
+  for k, v in pairs(spec) do if k ~= "name" then opts[k] = v end end
+  if spec.name ~= "small" and opts.classifier == nil then opts.classifier = false end
+  local ok, enc = pcall(encoders.encoder, spec.name, opts)
+  if not ok then fail(level, "Captioner: encoder: %s", tostring(enc):gsub("^[^:]*:%d+: ", "")) end
+  return enc, encoder_spec(enc)
+end
+
+local function positive_int(o, key, default, level)
+  local v = o[key]
+  if v == nil then return default end
+  if math.type(v) ~= "integer" or v < 1 then
+    fail(level, "Captioner: option '%s' must be a positive integer, got %s", key, tostring(v))
+  end
+  return v
+end
+
+local function number_in(o, key, default, lo, hi, level)
+  local v = o[key]
+  if v == nil then return default end
+  if type(v) ~= "number" or v ~= v or v < lo or v > hi then
+    fail(level, "Captioner: option '%s' must be a number in [%g, %g], got %s", key, lo, hi,
+         tostring(v))
+  end
+  return v
+end
+
+local function bool(o, key, default)
+  local v = o[key]
+  if v == nil then return default end
+  return v and true or false
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the model
+
+local Captioner = nn.Module:extend("Captioner")
+M.Captioner = Captioner
+
+--- Captioner{vocab=, encoder=, dim_embed=64, dim_hidden=256, dim_att=128,
+---           attention="soft"|"hard", score="additive", doubly_stochastic=1, gate=true,
+---           deep_output=true, output_tanh=false, dropout=0, fine_tune=true,
+---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
+---           hard_eval="argmax", coords=false,
+---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
+-- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
+-- list.  encoder: a module with :grid (glimpse.models' encoders) or the options of
+-- models.encoder {name="small" (default) | "vgg16" | "resnet18" ..., in_channels=,
+-- channels=, ...}.  score: any nn.Attention score.  doubly_stochastic: lambda (0: off).
+-- gate: the beta_t gating scalar.  deep_output=false: p(y_t) = softmax(W h_t).
+-- fine_tune=false: the encoder is frozen (no gradients; cap:trainable_parameters() leaves it
+-- out).  Hard attention: soft_prob, entropy (lambda_e), reward_weight (lambda_r),
+-- baseline_decay, hard_eval ("argmax" | "sample" | "soft").  coords=true appends each
+-- cell's (x, y) centre in [-1,1] to its annotation (D + 2 features; not in the paper: the CNN
+-- grid alone says little about where a cell is, which captions of spatial relations need).
+-- image: what cap:prepare does to
+-- an image or a file before encoding (channel count, size, normalisation).
+function Captioner:init(o)
+  if type(o) ~= "table" then
+    fail(3, "Captioner: expected an options table {vocab=, encoder=, ...}, got %s", type(o))
+  end
+  local vocab = make_vocab(o.vocab, 4)
+  local encoder, spec = make_encoder(o.encoder, 4)
+  local mode = o.attention or "soft"
+  if mode ~= "soft" and mode ~= "hard" then
+    fail(3, "Captioner: option 'attention' must be \"soft\" or \"hard\", got %s", tostring(mode))
+  end
+  local score = o.score or "additive"
+  local known = false
+  for _, s in ipairs(att.SCORES) do known = known or s == score end
+  if not known then
+    fail(3, "Captioner: unknown score %q (one of %s)", tostring(score), table.concat(att.SCORES, ", "))
+  end
+  local hard_eval = o.hard_eval or "argmax"
+  if hard_eval ~= "argmax" and hard_eval ~= "sample" and hard_eval ~= "soft" then
+    fail(3, "Captioner: option 'hard_eval' must be argmax, sample or soft, got %s", tostring(hard_eval))
+  end
+  local coords = bool(o, "coords", false)
+  local D = encoder.grid_dim + (coords and 2 or 0)
+  local c = {
+    coords = coords,
+    dim_embed = positive_int(o, "dim_embed", 64, 4),
+    dim_hidden = positive_int(o, "dim_hidden", 256, 4),
+    dim_att = positive_int(o, "dim_att", 128, 4),
+    dim_feature = D,
+    attention = mode, score = score,
+    doubly_stochastic = number_in(o, "doubly_stochastic", 1, 0, math.huge, 4),
+    gate = bool(o, "gate", true),
+    deep_output = bool(o, "deep_output", true),
+    output_tanh = bool(o, "output_tanh", false),
+    dropout = number_in(o, "dropout", 0, 0, 0.99, 4),
+    fine_tune = bool(o, "fine_tune", true),
+    soft_prob = number_in(o, "soft_prob", 0.5, 0, 1, 4),
+    entropy = number_in(o, "entropy", 0.01, 0, math.huge, 4),
+    reward_weight = number_in(o, "reward_weight", 1, 0, math.huge, 4),
+    baseline_decay = number_in(o, "baseline_decay", 0.9, 0, 0.999999, 4),
+    hard_eval = hard_eval,
+    max_len = positive_int(o, "max_len", DEFAULT_MAX_LEN, 4),
+    encoder = spec,
+    image = o.image,
+  }
+  if c.image ~= nil and type(c.image) ~= "table" then
+    fail(3, "Captioner: option 'image' must be a table {channels=, height=, width=, mean=, std=}")
+  end
+  if score == "location" then
+    fail(3, "Captioner: the location score has no keys to look at; use a content score " ..
+            "(additive, general, dot, ...)")
+  end
+  if (score == "dot" or score == "scaled_dot" or score == "cosine") and c.dim_hidden ~= D then
+    fail(3, "Captioner: the %s score needs dim_hidden == the encoder's grid_dim (%d), got %d " ..
+            "(use additive or general)", score, D, c.dim_hidden)
+  end
+  local V, E, H = vocab:size(), c.dim_embed, c.dim_hidden
+  rawset(self, "config", c)
+  rawset(self, "vocab", vocab)
+  self.encoder = encoder
+  self.embed = nn.Embedding(V, E)                               -- E
+  self.init_h = nn.Linear(D, H)                                 -- f_init,h
+  self.init_c = nn.Linear(D, H)                                 -- f_init,c
+  self.attention = nn.Attention{score = score, mode = mode, query = H, key = D,
+                                hidden = c.dim_att, soft_prob = c.soft_prob,
+                                hard_eval = hard_eval}
+  if c.gate then self.gate = nn.Linear(H, 1) end                -- f_beta
+  self.lstm = nn.LSTMCell(E + D, H)                             -- input [E y_{t-1}; z_t]
+  if c.deep_output then
+    self.out_h = nn.Linear(H, E)                                -- L_h
+    self.out_z = nn.Linear(D, E)                                -- L_z
+    self.out = nn.Linear(E, V)                                  -- L_o
+  else
+    self.out = nn.Linear(H, V)
+  end
+  rawset(self, "baseline", att.baseline(c.baseline_decay))
+  if not c.fine_tune then self.encoder:evaluate() end
+end
+
+--- cap:train(mode) -- as Module:train, but a frozen encoder (fine_tune=false) stays in
+-- evaluation mode.
+function Captioner:train(mode)
+  nn.Module.train(self, mode)
+  if not self.config.fine_tune then self.encoder:evaluate() end
+  return self
+end
+
+--- cap:trainable_parameters() -> the parameters to optimise (without the encoder's when it
+-- is frozen).
+function Captioner:trainable_parameters()
+  if self.config.fine_tune then return self:parameters() end
+  local frozen = {}
+  for _, p in ipairs(self.encoder:parameters()) do frozen[p] = true end
+  local out = {}
+  for _, p in ipairs(self:parameters()) do
+    if not frozen[p] then out[#out + 1] = p end
+  end
+  return out
+end
+
+--- cap:annotate(images (B,C,H,W)) -> a (B,L,D), h, w: the encoder's annotation grid (no
+-- tape through a frozen encoder).
+function Captioner:annotate(images)
+  if not glimpse.is_tensor(images) or images:dim() ~= 4 then
+    fail(2, "Captioner:annotate: images must be a (B,C,H,W) tensor, got %s", shape_str(images))
+  end
+  local grad = nil
+  if not self.config.fine_tune then grad = false end
+  local ok, a, h, w = pcall(self.encoder.grid, self.encoder, images, {grad = grad})
+  if not ok then fail(2, "Captioner: %s", tostring(a):gsub("^[^:]*:%d+: ", "")) end
+  if self.config.coords then
+    local B, L = a.shape[1], a.shape[2]
+    a = glimpse.cat({a, self:_coords(h, w):reshape(1, L, 2):expand(B, L, 2)}, 3)
+  end
+  return a, h, w
+end
+
+-- (L,2) cell centres (x, y) in [-1,1], row-major, cached per grid size
+function Captioner:_coords(h, w)
+  local key = h .. "x" .. w
+  local cache = rawget(self, "_coord_cache") or {}
+  rawset(self, "_coord_cache", cache)
+  if not cache[key] then
+    local rows = {}
+    for r = 1, h do
+      for c = 1, w do rows[(r - 1) * w + c] = {(2 * c - 1) / w - 1, (2 * r - 1) / h - 1} end
+    end
+    cache[key] = glimpse.tensor(rows)
+  end
+  return cache[key]
+end
+
+-- annotations from images (B,C,H,W) or given directly as (B,L,D)
+function Captioner:_annotations(x, fname, level)
+  if glimpse.is_tensor(x) and x:dim() == 4 then return (self:annotate(x)) end
+  if glimpse.is_tensor(x) and x:dim() == 3 then
+    if x.shape[3] ~= self.config.dim_feature then
+      fail(level + 1, "%s: annotations %s must be (B,L,%d)", fname, shape_str(x),
+           self.config.dim_feature)
+    end
+    return x
+  end
+  fail(level + 1, "%s: argument #1 must be images (B,C,H,W) or annotations (B,L,%d), got %s",
+       fname, self.config.dim_feature, shape_str(x))
+end
+
+-- h_0, c_0 from the mean annotation (sec. 3.1.2)
+function Captioner:initial_state(a)
+  local mean = a:mean(2)                                        -- (B,D)
+  return self.init_h(mean):tanh(), self.init_c(mean):tanh()
+end
+
+-- the attention state for a new image: the nn.Attention state, with the per-image cache
+function Captioner:_attention_state(a)
+  return self.attention:precompute(a, a, nil)
+end
+
+-- One decoder step from h_{t-1}: attention, gate, LSTM.  xe: the embedding's share of the
+-- LSTM input projection, W_e E y_{t-1} + b (B,4H).  Returns h_t, c_t, z_t, alpha_t, state,
+-- beta_t (B,1) or nil.
+function Captioner:_step(xe, h, c, a, st, Wz)
+  local ctx, alpha
+  ctx, alpha, st = self.attention(h, a, a, nil, st)             -- e_ti = f_att(a_i, h_{t-1})
+  local z, beta = ctx, nil
+  if self.gate then
+    beta = self.gate(h):sigmoid()                               -- beta_t = sigmoid(f_beta(h_{t-1}))
+    z = ctx * beta                                              -- z_t = beta_t * context
+  end
+  local xp = xe + glimpse.linear(z, Wz)
+  local h2, c2 = glimpse.lstm_cell(xp, h, c, self.lstm.weight_hh, self.lstm.bias_hh)
+  return h2, c2, z, alpha, st, beta
+end
+
+-- the LSTM input weights split into the embedding's and the context's columns
+function Captioner:_split_lstm()
+  local E, D = self.config.dim_embed, self.config.dim_feature
+  local W = self.lstm.weight_ih
+  return W:narrow(2, 1, E), W:narrow(2, E + 1, D)
+end
+
+-- logits from E y_{t-1} (...,E), h_t (...,H), z_t (...,D): the deep output layer (eq. 7)
+function Captioner:_logits(ey, h, z)
+  local x
+  if self.config.deep_output then
+    x = ey + self.out_h(h) + self.out_z(z)
+  else
+    x = h
+  end
+  if self.config.dropout > 0 then x = glimpse.dropout(x, self.config.dropout, self.training) end
+  if self.config.deep_output and self.config.output_tanh then x = x:tanh() end
+  return self.out(x)
+end
+
+local function as_ids(x, what, fname, level)
+  if type(x) == "table" then
+    local ok, t = pcall(glimpse.tensor, x)
+    if not ok then fail(level + 1, "%s: %s must be a (B,T) table of ids: %s", fname, what, t) end
+    x = t
+  end
+  if not glimpse.is_tensor(x) or x:dim() ~= 2 then
+    fail(level + 1, "%s: %s must be a (B,T) tensor of 1-based ids, got %s", fname, what,
+         shape_str(x))
+  end
+  return x
+end
+
+--- cap:forward(images (B,C,H,W) or annotations (B,L,D), captions_in (B,T))
+---   -> logits (B,T,V), alphas (B,T,L), state
+-- Teacher forcing: step t reads captions_in[:,t] (<start> w_1 .. w_{T-1}).  state: the
+-- attention state (hard mode: the samples' log-probabilities), betas (B,T) when gated.
+function Captioner:forward(x, captions_in)
+  local fname = "Captioner:forward"
+  local a = self:_annotations(x, fname, 2)
+  captions_in = as_ids(captions_in, "captions_in", fname, 2)
+  local B, T = captions_in.shape[1], captions_in.shape[2]
+  if a.shape[1] ~= B then
+    fail(2, "%s: %d images but %d captions", fname, a.shape[1], B)
+  end
+  local V = self.vocab:size()
+  local mx = captions_in:max():item()
+  local mn = captions_in:min():item()
+  if mn < 1 or mx > V then
+    fail(2, "%s: caption ids must lie in 1..%d (the vocabulary), got %g..%g", fname, V, mn, mx)
+  end
+  local ey = self.embed(captions_in)                            -- (B,T,E)
+  local We, Wz = self:_split_lstm()
+  local xe = glimpse.linear(ey, We, self.lstm.bias_ih)          -- one sgemm for all steps
+  local h, c = self:initial_state(a)
+  local st = self:_attention_state(a)
+  local hs, zs, alphas, betas = {}, {}, {}, {}
+  for t = 1, T do
+    local z, alpha, beta
+    h, c, z, alpha, st, beta = self:_step(xe:select(2, t), h, c, a, st, Wz)
+    hs[t], zs[t], alphas[t] = h, z, alpha
+    if beta then betas[t] = beta:reshape(B) end
+  end
+  local logits = self:_logits(ey, glimpse.stack(hs, 2), glimpse.stack(zs, 2))
+  st.betas = self.gate and glimpse.stack(betas, 2):detach() or nil
+  return logits, glimpse.stack(alphas, 2), st
+end
+
+--- cap:penalty(alphas (B,T,L), mask (B,T) or nil) -> the doubly stochastic penalty averaged
+-- over captions: lambda sum_i (1 - sum_t alpha_ti)^2 (steps where mask is 0 do not count).
+function Captioner:penalty(alphas, mask)
+  return att.doubly_stochastic(alphas, {tgt_mask = mask, weight = self.config.doubly_stochastic})
+end
+
+--- cap:loss(images (B,C,H,W) or annotations (B,L,D), captions_in (B,T), captions_out (B,T),
+---          mask (B,T) or nil) -> loss (scalar tensor), info
+-- The training objective per real token (see the file's header).  mask defaults to
+-- captions_out ~= <pad>.  info: nll (mean token NLL), ds (penalty per caption, lambda
+-- included), reinforce (hard mode: the surrogate's value, or nil when the batch used the
+-- expected context), reward (hard: the batch's mean log p(y|s,a) per word, what the
+-- baseline tracks), baseline_used (the b this batch was compared with), baseline (after the update),
+-- tokens, alphas (B,T,L) and betas (B,T) (detached).
+function Captioner:loss(x, captions_in, captions_out, mask)
+  local fname = "Captioner:loss"
+  captions_in = as_ids(captions_in, "captions_in", fname, 2)
+  captions_out = as_ids(captions_out, "captions_out", fname, 2)
+  if captions_in.shape[1] ~= captions_out.shape[1] or captions_in.shape[2] ~= captions_out.shape[2] then
+    fail(2, "%s: captions_in %s and captions_out %s must have the same shape", fname,
+         shape_str(captions_in), shape_str(captions_out))
+  end
+  local B, T = captions_out.shape[1], captions_out.shape[2]
+  if mask == nil then
+    mask = captions_out:ne(Vocab.PAD)
+  elseif type(mask) == "table" then
+    mask = glimpse.tensor(mask)
+  end
+  if not glimpse.is_tensor(mask) or mask:dim() ~= 2 or mask.shape[1] ~= B or mask.shape[2] ~= T then
+    fail(2, "%s: mask must be (B,T) = {%d,%d} like the captions, got %s", fname, B, T,
+         shape_str(mask))
+  end
+  local V = self.vocab:size()
+  local mx, mn = captions_out:max():item(), captions_out:min():item()
+  if mn < 1 or mx > V then
+    fail(2, "%s: caption ids must lie in 1..%d (the vocabulary), got %g..%g", fname, V, mn, mx)
+  end
+  local a = self:_annotations(x, fname, 2)
+  if a.shape[1] ~= B then fail(2, "%s: %d images but %d captions", fname, a.shape[1], B) end
+  local logits, alphas, st = self:forward(a, captions_in)
+  -- padded targets become <pad> so cross_entropy ignores them whatever the caller's mask says
+  local targets = captions_out * mask + (1 - mask) * Vocab.PAD
+  local nll = glimpse.cross_entropy(logits:reshape(B * T, V), targets:reshape(B * T),
+                                    {ignore_index = Vocab.PAD, reduction = "none"})
+  local nll_seq = nll:reshape(B, T):sum(2)                      -- -log p(y | s, a) per caption
+  local ntok = math.max(mask:sum():item(), 1)
+  local loss = nll_seq:sum() / ntok
+  local info = {tokens = ntok, nll = loss:item(), alphas = alphas:detach(), betas = st.betas}
+  local lambda = self.config.doubly_stochastic
+  if lambda > 0 then
+    local ds = self:penalty(alphas, mask)                       -- per caption
+    info.ds = ds:item()
+    loss = loss + ds * (B / ntok)
+  else
+    info.ds = 0
+  end
+  if self.config.attention == "hard" and self.training and not st.use_soft then
+    local logp, H = self.attention:reinforce_terms(st, mask)
+    -- The baseline is kept per word: captions of 8 and of 26 words would otherwise differ
+    -- in log p(y|s,a) by their length alone, and that difference (not where the model
+    -- looked) would dominate the advantage.  With r_b = log p(y_b|s,a) / n_b and n_b the
+    -- caption's length, (r_b - b) n_b log p(s_b|a) = (log p(y_b|s,a) - b n_b) log p(s_b|a).
+    local len = mask:sum(2)                                     -- (B) words per caption
+    local per_word = -nll_seq / len
+    local surrogate, rinfo = att.reinforce_loss(per_word, logp * len, {
+      baseline = self.baseline, entropy = H, entropy_weight = self.config.entropy,
+      reward_weight = self.config.reward_weight})
+    info.reinforce = surrogate:item()
+    info.baseline_used = rinfo.baseline
+    info.reward = per_word:mean():item()                        -- mean log p(y|s,a) per word
+    loss = loss + surrogate * (B / ntok)
+  end
+  info.baseline = self.baseline.value
+  return loss, info
+end
+
+-- ---------------------------------------------------------------------------------------
+-- captioning
+
+--- cap:prepare(image) -> (C,H,W) ready for the encoder.  image: a file name (read with
+-- glimpse.image.load) or a (C,H,W) / (H,W) tensor in [0,1]; converted to the configured
+-- channel count, resized to the configured size and normalised with the configured mean/std
+-- (config.image; nothing is done where it says nothing).
+function Captioner:prepare(img)
+  local spec = self.config.image or {}
+  if type(img) == "string" then
+    local ok, t = pcall(glimpse.image.load, img, {channels = spec.channels})
+    if not ok then fail(2, "Captioner: %s", tostring(t):gsub("^[^:]*:%d+: ", "")) end
+    img = t
+  end
+  if not glimpse.is_tensor(img) or img:dim() < 2 or img:dim() > 3 then
+    fail(2, "Captioner: an image must be a file name or a (C,H,W) tensor, got %s", shape_str(img))
+  end
+  if img:dim() == 2 then img = img:unsqueeze(1) end
+  local C = img.shape[1]
+  local want = spec.channels or self.encoder.in_channels
+  if C ~= want then
+    if want == 1 and C >= 3 then img = glimpse.image.to_grey(img:narrow(1, 1, 3))
+    elseif want == 3 and C == 1 then img = glimpse.cat({img, img, img}, 1)
+    elseif want == 3 and C == 4 then img = img:narrow(1, 1, 3)
+    else fail(2, "Captioner: the image has %d channels, the encoder expects %d", C, want) end
+    if img:dim() == 2 then img = img:unsqueeze(1) end
+  end
+  if spec.height and spec.width and (img.shape[2] ~= spec.height or img.shape[3] ~= spec.width) then
+    img = glimpse.image.resize(img, spec.height, spec.width)
+  end
+  if spec.mean and spec.std then img = glimpse.image.normalize(img, spec.mean, spec.std) end
+  return img
+end
+
+-- the decoder state for decode.*: every tensor has one row per image (the attention's
+-- per-image cache included); weights stay out
+function Captioner:_decode_state(a)
+  local h, c = self:initial_state(a)
+  local st = self:_attention_state(a)
+  local cache, fixed = {}, {}
+  for k, v in pairs(st.cache) do
+    if glimpse.is_tensor(v) and v:dim() >= 1 and v.shape[1] == a.shape[1] then cache[k] = v
+    else fixed[k] = v end
+  end
+  return {h = h, c = c, a = a, cache = cache}, fixed
+end
+
+-- decode's step function: tokens (N) = y_{t-1} -> log p(y_t) (N,V), state, alpha_t (N,L)
+function Captioner:_decode_step(fixed)
+  local We, Wz = self:_split_lstm()
+  -- a caption never contains <pad> or <start>
+  local ban = glimpse.zeros(1, self.vocab:size())
+  ban[1][Vocab.PAD], ban[1][Vocab.START] = -math.huge, -math.huge
+  return function(tokens, s)
+    local ey = self.embed(tokens)                               -- (N,E)
+    local xe = glimpse.linear(ey, We, self.lstm.bias_ih)
+    local cache = {}
+    for k, v in pairs(fixed) do cache[k] = v end
+    for k, v in pairs(s.cache) do cache[k] = v end
+    local st = {cache = cache, keys = s.a, values = s.a, t = 0, logps = {}, entropies = {}}
+    local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
+    local lp = glimpse.log_softmax(self:_logits(ey, h, z), 2) + ban
+    return lp, {h = h, c = c, a = s.a, cache = s.cache}, alpha
+  end
+end
+
+--- cap:caption(image or images, {beam=3, max_len=config.max_len, length_penalty=0,
+---             sample=false, temperature=1}) -> words, tokens, alphas
+-- One image (a file name, (C,H,W) or (1,C,H,W)): words (the caption string), tokens (its
+-- ids, <end> excluded), alphas (T,L) (row t: where word t looked; the <end> step left out).
+-- A batch (B,C,H,W) or a list of images: lists of those, one per image (a batch of one
+-- gives the single results unless opts.list is true).
+-- beam=1 is greedy decoding; sample=true draws words instead (decode.sample).  Runs in
+-- evaluation mode and records no graph.
+function Captioner:caption(images, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then fail(2, "Captioner:caption: opts must be a table, got %s", type(opts)) end
+  local single = true
+  local batch
+  if type(images) == "table" and not glimpse.is_tensor(images) then
+    if #images == 0 then fail(2, "Captioner:caption: an empty list of images") end
+    local list = {}
+    for i, im in ipairs(images) do list[i] = self:prepare(im) end
+    local ok, st = pcall(glimpse.stack, list, 1)
+    if not ok then fail(2, "Captioner:caption: the images differ in size: %s", st) end
+    batch, single = st, false
+  elseif glimpse.is_tensor(images) and images:dim() == 4 then
+    batch, single = images, images.shape[1] == 1 and opts.list ~= true
+  else
+    batch = self:prepare(images):unsqueeze(1)
+  end
+  local K = opts.beam or 3
+  if math.type(K) ~= "integer" or K < 1 then
+    fail(2, "Captioner:caption: opts.beam must be a positive integer, got %s", tostring(K))
+  end
+  local max_len = opts.max_len or self.config.max_len
+  if math.type(max_len) ~= "integer" or max_len < 1 then
+    fail(2, "Captioner:caption: opts.max_len must be a positive integer, got %s", tostring(max_len))
+  end
+  local was_training = self.training
+  self:evaluate()
+  local ok, err = pcall(function()
+    return glimpse.no_grad(function()
+      local a = self:annotate(batch)
+      local state, fixed = self:_decode_state(a)
+      local step = self:_decode_step(fixed)
+      local B = a.shape[1]
+      local toks, aligns = {}, {}
+      if opts.sample then
+        local t, _, al = decode.sample(step, state, {max_len = max_len + 1,
+                                                     temperature = opts.temperature})
+        toks, aligns = t, al
+      else
+        local hyps = decode.beam(step, state, {beam = K, max_len = max_len + 1,
+                                               length_penalty = opts.length_penalty or 0})
+        for b = 1, B do
+          toks[b] = hyps[b][1].tokens
+          aligns[b] = hyps[b][1].alignment
+        end
+      end
+      local words, alphas = {}, {}
+      for b = 1, B do
+        while #toks[b] > max_len do table.remove(toks[b]) end   -- cut off: no <end> in time
+        words[b] = self.vocab:decode_string(toks[b])
+        local rows = {}
+        for t = 1, #toks[b] do rows[t] = aligns[b][t] end
+        alphas[b] = #rows > 0 and glimpse.tensor(rows) or glimpse.zeros(0, a.shape[2])
+      end
+      return {words, toks, alphas}
+    end)
+  end)
+  if was_training then self:train() end
+  if not ok then error(err, 0) end
+  local words, toks, alphas = err[1], err[2], err[3]
+  if single then return words[1], toks[1], alphas[1] end
+  return words, toks, alphas
+end
+
+--- cap:grid_size(H, W) -> h, w of the annotation grid for an H x W image
+function Captioner:grid_size(H, W)
+  return self.encoder:grid_size(H, W)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- pictures
+
+local OVERLAY_SCALE = 2          -- images are drawn at twice their size (64 -> 128 pixels)
+
+--- cap:overlays(image, alphas (T,L), words, path, {scale=2, alpha=0.6, colormap="jet",
+---              normalise="shared", title="image"}) -> path
+-- A PNG strip: the image, then one attention overlay per word with the word printed under
+-- it.  image: (C,H,W) in [0,1] (the picture as seen, before normalisation) or a file name;
+-- words: a string (split on spaces) or a list with one entry per row of alphas.
+-- normalise="shared": every map is coloured on one scale, 0 .. the largest weight of the
+-- caption, so a sharp map looks sharp and a flat one flat; "each": every map stretched to
+-- its own min..max (glimpse.image.overlay's own normalisation).
+function Captioner:overlays(img, alphas, words, path, opts)
+  opts = opts or {}
+  local image, viz = glimpse.image, glimpse.viz
+  if type(img) == "string" then img = image.load(img) end
+  if not glimpse.is_tensor(img) or img:dim() ~= 3 then
+    fail(2, "Captioner:overlays: image must be a (C,H,W) tensor or a file name, got %s",
+         shape_str(img))
+  end
+  if type(words) == "string" then
+    local list = {}
+    for w in words:gmatch("%S+") do list[#list + 1] = w end
+    words = list
+  end
+  if type(words) ~= "table" then fail(2, "Captioner:overlays: words must be a string or a list") end
+  if glimpse.is_tensor(alphas) and alphas:dim() == 2 and alphas.shape[1] == 0 then alphas = {} end
+  if type(alphas) == "table" and #alphas > 0 then alphas = glimpse.tensor(alphas) end
+  local T = glimpse.is_tensor(alphas) and alphas.shape[1] or 0
+  if glimpse.is_tensor(alphas) and alphas:dim() ~= 2 then
+    fail(2, "Captioner:overlays: alphas must be (T,L), got %s", shape_str(alphas))
+  end
+  if T ~= #words then
+    fail(2, "Captioner:overlays: %d words but %d attention rows", #words, T)
+  end
+  if type(path) ~= "string" then fail(2, "Captioner:overlays: path must be a string") end
+  local norm = opts.normalise or "shared"
+  if norm ~= "shared" and norm ~= "each" then
+    fail(2, "Captioner:overlays: opts.normalise must be \"shared\" or \"each\", got %s",
+         tostring(norm))
+  end
+  local H, W = img.shape[2], img.shape[3]
+  local gh, gw = self:grid_size(H, W)
+  if T > 0 and gh * gw ~= alphas.shape[2] then
+    fail(2, "Captioner:overlays: alphas have %d columns, a %dx%d image gives a %dx%d grid",
+         alphas.shape[2], H, W, gh or 0, gw or 0)
+  end
+  local scale = opts.scale or OVERLAY_SCALE
+  local blend = opts.alpha or 0.6
+  local cmap = opts.colormap or "jet"
+  local rgb = img
+  if img.shape[1] == 1 then rgb = glimpse.cat({img, img, img}, 1) end
+  if img.shape[1] == 4 then rgb = img:narrow(1, 1, 3) end
+  local big = image.resize(rgb, H * scale, W * scale, {filter = "nearest"})
+  local label_h = viz.text_height(1) + 6
+  local function labelled(pic, text)
+    local strip = glimpse.ones(3, label_h, W * scale)
+    local panel = glimpse.cat({pic, strip}, 2)
+    local tw = viz.text_width(text, 1)
+    local x = math.max(0, (W * scale - tw) // 2)
+    return viz.draw_text(panel, text, x, H * scale + 3, {scale = 1})
+  end
+  local vmax = T > 0 and math.max(alphas:max():item(), 1e-12) or 1
+  local panels = {labelled(big, opts.title or "image")}
+  for t = 1, T do
+    local heat = alphas[t]:reshape(gh, gw)
+    local over
+    if norm == "each" then
+      over = image.overlay(big, heat, {alpha = blend, colormap = cmap})
+    else
+      local colour = image.heatmap(heat, {colormap = cmap, vmin = 0, vmax = vmax})   -- (3,gh,gw)
+      colour = image.resize(colour, H * scale, W * scale, {filter = "bilinear"})
+      over = big * (1 - blend) + colour * blend
+    end
+    panels[#panels + 1] = labelled(over, words[t])
+  end
+  local strip = image.grid(panels, {ncol = #panels, padding = 2, pad_value = 1})
+  image.save(path, strip)
+  return path
+end
+
+-- ---------------------------------------------------------------------------------------
+-- checkpoints
+
+--- cap:save(path) -> path.  One safetensors file: the state_dict, and in the metadata the
+-- configuration and the vocabulary as JSON (so Captioner.load needs nothing else) and the
+-- REINFORCE baseline.  The write is atomic (glimpse.save).
+function Captioner:save(path)
+  if type(path) ~= "string" then fail(2, "Captioner:save: path must be a string, got %s", type(path)) end
+  local util = json()
+  local meta = {format = FORMAT, version = FORMAT_VERSION,
+                config = util.json_encode(self.config),
+                vocab = util.json_encode(self.vocab:totable())}
+  if self.baseline.value then meta.baseline = string.format("%.17g", self.baseline.value) end
+  local ok, err = pcall(glimpse.save, path, self:state_dict(), meta)
+  if not ok then fail(2, "Captioner:save: %s", tostring(err):gsub("^[^:]*:%d+: ", "")) end
+  return path
+end
+
+-- JSON numbers come back as floats: integral ones become integers again (sizes, channels)
+local function integers(v)
+  if type(v) == "number" then return math.tointeger(v) or v end
+  if type(v) ~= "table" then return v end
+  for k, x in pairs(v) do v[k] = integers(x) end
+  return v
+end
+
+--- Captioner.load(path) -> captioner (in evaluation mode) from a file cap:save wrote.
+function M.load(path)
+  if type(path) ~= "string" then fail(2, "Captioner.load: path must be a string, got %s", type(path)) end
+  local ok, sd, meta = pcall(glimpse.load, path)
+  if not ok then fail(2, "Captioner.load: %s", tostring(sd):gsub("^[^:]*:%d+: ", "")) end
+  if meta.format ~= FORMAT or not meta.config or not meta.vocab then
+    fail(2, "Captioner.load: %s is not a captioner checkpoint (no %s metadata)", path, FORMAT)
+  end
+  local util = json()
+  local cfg = integers(util.json_decode(meta.config))
+  local itos = util.json_decode(meta.vocab)
+  local o = {}
+  for k, v in pairs(cfg) do o[k] = v end
+  o.vocab = Vocab.from_list(itos)
+  local spec = {}
+  for k, v in pairs(cfg.encoder) do spec[k] = v end
+  spec.init = false                                             -- the weights come next
+  o.encoder = spec
+  if o.image == require("cjson").null then o.image = nil end
+  local cap = Captioner(o)
+  local lok, err = pcall(cap.load_state_dict, cap, sd)
+  if not lok then fail(2, "Captioner.load: %s: %s", path, tostring(err):gsub("^[^:]*:%d+: ", "")) end
+  if meta.baseline then cap.baseline.value = tonumber(meta.baseline) end
+  cap:evaluate()
+  return cap
+end
+Captioner.load = M.load
+
+--- cap:extra_repr()
+function Captioner:extra_repr()
+  local c = self.config
+  return string.format("attention=%s, score=%s, vocab=%d, embed=%d, hidden=%d, att=%d, " ..
+                       "feature=%d, ds=%g, gate=%s, deep_output=%s", c.attention, c.score,
+                       self.vocab:size(), c.dim_embed, c.dim_hidden, c.dim_att, c.dim_feature,
+                       c.doubly_stochastic, tostring(c.gate), tostring(c.deep_output))
+end
+
+return M

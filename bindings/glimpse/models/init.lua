@@ -1,0 +1,21 @@
+--- glimpse.models -- the model zoo: the CNN encoders (models/encoders.lua: SmallCNN, VGG,
+-- ResNet, vgg16, resnet18, ..., encoder, preprocess, fill_deterministic_) and the models
+-- built on them, each in its own file under glimpse/models/ and published here by name:
+--
+--   models.Captioner   models/captioner.lua   Show, Attend and Tell (also glimpse.captioner)
+--
+-- A new model is one file returning a table with its class, and one line in MODELS below.
+local M = {}
+
+for k, v in pairs(require "glimpse.models.encoders") do M[k] = v end
+
+local MODELS = {
+  Captioner = "glimpse.models.captioner",
+}
+
+for name, file in pairs(MODELS) do
+  if M[name] ~= nil then error("glimpse.models: " .. file .. " redefines models." .. name) end
+  M[name] = require(file)[name]
+end
+
+return M

@@ -1,0 +1,42 @@
+--- glimpse.nn.activation -- elementwise activations (nn.ReLU, nn.Tanh, nn.Sigmoid,
+-- nn.Identity) and nn.Flatten.
+local base = require "glimpse.nn.module"
+
+local Module = base.Module
+
+local M = {}
+
+-- ---------------------------------------------------------------------------------------
+-- activations and shape layers
+
+local function simple(name, fn)
+  local cls = Module:extend(name)
+  cls.forward = function(_, x) return fn(x) end
+  M[name] = cls
+  return cls
+end
+
+--- nn.ReLU(), nn.Tanh(), nn.Sigmoid(), nn.Identity(): elementwise, any shape
+simple("ReLU", function(x) return x:relu() end)
+simple("Tanh", function(x) return x:tanh() end)
+simple("Sigmoid", function(x) return x:sigmoid() end)
+simple("Identity", function(x) return x end)
+
+local Flatten = Module:extend("Flatten")
+M.Flatten = Flatten
+
+--- nn.Flatten(start_dim=2, end_dim=-1) -> module; dims start_dim..end_dim merged into one
+--- (1-based; the default keeps the batch dim: (B,C,H,W) -> (B,C*H*W))
+function Flatten:init(start_dim, end_dim)
+  self.start_dim, self.end_dim = start_dim or 2, end_dim or -1
+end
+
+function Flatten:forward(x)
+  return x:flatten(self.start_dim, self.end_dim)
+end
+
+function Flatten:extra_repr()
+  return string.format("start_dim=%d, end_dim=%d", self.start_dim, self.end_dim)
+end
+
+return M

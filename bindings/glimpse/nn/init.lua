@@ -1,0 +1,44 @@
+--- glimpse.nn -- the Module system and the standard layers, one file per family under
+-- glimpse/nn/:
+--
+--   module.lua      nn.Module (the class system), nn.is_module
+--   containers.lua  nn.Sequential, nn.ModuleList
+--   linear.lua      nn.Linear            embedding.lua  nn.Embedding
+--   conv.lua        nn.Conv2d            pool.lua       nn.MaxPool2d, nn.AvgPool2d,
+--   activation.lua  nn.ReLU, nn.Tanh,                   nn.AdaptiveAvgPool2d
+--                   nn.Sigmoid, nn.Identity, nn.Flatten
+--   dropout.lua     nn.Dropout           norm.lua       nn.LayerNorm, nn.BatchNorm1d/2d
+--   rnn.lua         nn.RNNCell, nn.LSTMCell, nn.GRUCell, nn.RNN, nn.LSTM, nn.GRU
+--   attention.lua   nn.Attention         multihead.lua  nn.MultiheadAttention
+--   pointer.lua     nn.Pointer
+--
+-- Each file requires only glimpse.nn.module (and the engine, glimpse.attention or
+-- glimpse.nn_init), so any of them may be required on its own (require "glimpse.nn.rnn")
+-- and gives the same classes as this table.  A new family is one file plus one line below.
+local base = require "glimpse.nn.module"
+
+local M = {Module = base.Module, is_module = base.is_module}
+
+local FAMILIES = {
+  "glimpse.nn.containers",
+  "glimpse.nn.linear",
+  "glimpse.nn.embedding",
+  "glimpse.nn.conv",
+  "glimpse.nn.pool",
+  "glimpse.nn.activation",
+  "glimpse.nn.dropout",
+  "glimpse.nn.norm",
+  "glimpse.nn.rnn",
+  "glimpse.nn.attention",
+  "glimpse.nn.multihead",
+  "glimpse.nn.pointer",
+}
+
+for _, name in ipairs(FAMILIES) do
+  for k, v in pairs(require(name)) do
+    if M[k] ~= nil then error("glimpse.nn: " .. name .. " redefines nn." .. k) end
+    M[k] = v
+  end
+end
+
+return M

@@ -1,0 +1,70 @@
+--- glimpse.nn.pointer -- nn.Pointer, the pointer network's output layer (Vinyals et al. 2015).
+local glimpse = require "glimpse"
+local att = require "glimpse.attention"
+local base = require "glimpse.nn.module"
+local Linear = require("glimpse.nn.linear").Linear
+
+local Module = base.Module
+local uniform, check_dim = base.uniform, base.check_dim
+
+-- A Linear layer without depending on its constructor's argument checks' wording.
+local function linear(din, dout, bias)
+  return Linear(din, dout, {bias = bias})
+end
+
+local M = {}
+
+-- ---------------------------------------------------------------------------------------
+-- nn.Pointer
+
+local Pointer = Module:extend("Pointer")
+M.Pointer = Pointer
+
+--- nn.Pointer{query=Dq, key=Dk, hidden=H} -> module
+-- u_j = v^T tanh(W1 k_j + W2 q) over input positions j (Vinyals et al. 2015, eq. 3); the
+-- output distribution is softmax(u) over the positions that are neither padding nor already
+-- chosen.  Forward: logits (B,L) (invalid positions at -1e9: feed them to cross_entropy),
+-- probs (B,L) (exactly 0 at invalid positions), state =
+--   ptr(query (B,Dq), keys (B,L,Dk), mask (B,L) or nil, chosen (B,L) or nil, state or nil)
+function Pointer:init(o)
+  local cls = "nn.Pointer"
+  if type(o) ~= "table" then error(cls .. ": expected an options table {query=, key=, hidden=}", 3) end
+  local dq, dk = o.query, o.key or o.query
+  check_dim(dq, "query", cls)
+  check_dim(dk, "key", cls)
+  local dh = o.hidden or dk
+  check_dim(dh, "hidden", cls)
+  self.query_size, self.key_size, self.hidden_size = dq, dk, dh
+  self.key_proj = linear(dk, dh, false)     -- W1
+  self.query_proj = linear(dq, dh, false)   -- W2
+  self.v = uniform({dh}, 1 / math.sqrt(dh))
+end
+
+--- ptr:precompute(keys (B,L,Dk), mask) -> state (W1 k projected once per sequence)
+function Pointer:precompute(keys, mask)
+  if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
+  return {keys = keys, mask = mask, uk = glimpse.linear(keys, self.key_proj.weight)}
+end
+
+function Pointer:forward(q, keys, mask, chosen, state)
+  if keys == nil and state then keys, mask = state.keys, mask or state.mask end
+  if not state or state.keys ~= keys then state = self:precompute(keys, mask) end
+  local e = att.additive_scores(glimpse.linear(q, self.query_proj.weight), state.uk, self.v)
+  local logits = att.pointer_logits(e, mask or state.mask, chosen)
+  return logits, glimpse.softmax(logits, 2), state
+end
+
+--- Pointer.mark(chosen (B,L) or nil, idx (B,1) 1-based, B, L) -> chosen with idx set to 1
+function Pointer.mark(chosen, idx, B, L)
+  return glimpse.no_grad(function()
+    chosen = chosen and chosen:detach() or glimpse.zeros(B, L)
+    return chosen:scatter_add(2, idx, glimpse.ones(idx.shape[1], 1)):clamp(0, 1)
+  end)
+end
+
+function Pointer:extra_repr()
+  return string.format("query=%d, key=%d, hidden=%d", self.query_size, self.key_size,
+                       self.hidden_size)
+end
+
+return M

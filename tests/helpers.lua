@@ -1,0 +1,144 @@
+-- tests/helpers.lua -- what the test suites share: local H = require "tests.helpers", or
+-- local assert_close = require("tests.helpers").assert_close (the executable's package.path
+-- has the source tree's root on it).
+--
+--   H.assert_close(actual, expected, tol, msg) -> err / scale
+--       actual, expected: tensors, numbers or (nested) tables of numbers.
+--       tol a number r:  max |a - b| <= r * max(max |b|, 1e-30)       (relative to the scale)
+--       tol a table:     {rtol=, atol=0, floor=1e-30, per_element=false}
+--         per_element = false: max |a - b| <= rtol * max(max |b|, floor) + atol
+--         per_element = true:  |a_i - b_i| <= rtol * |b_i| + atol for every i (sizes only
+--                              are compared, not shapes)
+--       Tensors are compared shape for shape (unless per_element); NaN never passes.
+--   H.gradcheck(fn, inputs, opts, msg)   glimpse.gradcheck that fails the test with msg
+--   H.tmpdir() -> path      a fresh directory, removed when the suite ends (tests/run.lua
+--                           calls H.cleanup) or by H.rmdir(path)
+--   H.read_file(path) -> s  (nil when the file cannot be opened), H.write_file(path, s)
+--   H.sh_quote(s) -> s quoted for a POSIX shell
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+
+local H = {}
+
+local function flat(v, out)
+  out = out or {}
+  if glimpse.is_tensor(v) then
+    local t = glimpse.no_grad(function() return v:detach():reshape(-1):totable() end)
+    for _, x in ipairs(t) do out[#out + 1] = x end
+  elseif type(v) == "table" then
+    for _, x in ipairs(v) do flat(x, out) end
+  else
+    out[#out + 1] = v
+  end
+  return out
+end
+
+local function shape_of(v)
+  return glimpse.is_tensor(v) and "{" .. table.concat(v.shape, ",") .. "}" or nil
+end
+
+local function tolerances(tol)
+  if type(tol) == "number" then return tol, 0, 1e-30, false end
+  if type(tol) ~= "table" or type(tol.rtol or 0) ~= "number" then
+    error("assert_close: tol must be a number or {rtol=, atol=, floor=, per_element=}", 3)
+  end
+  return tol.rtol or 0, tol.atol or 0, tol.floor or 1e-30, tol.per_element and true or false
+end
+
+--- H.assert_close(actual, expected, tol, msg) -> the relative error err / scale (max-norm)
+function H.assert_close(actual, expected, tol, msg)
+  msg = msg or "assert_close"
+  local rtol, atol, floor, per_element = tolerances(tol)
+  if not per_element and glimpse.is_tensor(actual) and glimpse.is_tensor(expected) then
+    lu.assertEquals(shape_of(actual), shape_of(expected), msg .. ": shapes differ")
+  end
+  local fa, fb = flat(actual), flat(expected)
+  lu.assertEquals(#fa, #fb, msg .. ": sizes differ")
+  if per_element then
+    local worst, wi = -math.huge, 0
+    for i = 1, #fa do
+      local excess = math.abs(fa[i] - fb[i]) - (rtol * math.abs(fb[i]) + atol)
+      if excess ~= excess then excess = math.huge end
+      if excess > worst then worst, wi = excess, i end
+    end
+    if worst > 0 then
+      lu.fail(string.format("%s: element %d: got %.9g, expected %.9g (rtol %g, atol %g)", msg,
+                            wi, fa[wi], fb[wi], rtol, atol))
+    end
+    return 0
+  end
+  local err, scale, wi = 0, 0, 0
+  for i = 1, #fa do
+    local d = math.abs(fa[i] - fb[i])
+    if d ~= d then d = math.huge end
+    if d > err then err, wi = d, i end
+    scale = math.max(scale, math.abs(fb[i]))
+  end
+  scale = math.max(scale, floor)
+  if err > rtol * scale + atol then
+    lu.fail(string.format("%s: max error %.3g at element %d (got %.9g, expected %.9g) " ..
+                          "exceeds %.3g (scale %.3g)", msg, err, wi, fa[wi], fb[wi],
+                          rtol * scale + atol, scale))
+  end
+  return err / scale
+end
+
+--- H.gradcheck(fn, inputs, opts, msg): glimpse.gradcheck(fn, inputs, opts); a failure fails
+--- the test with msg and gradcheck's report
+function H.gradcheck(fn, inputs, opts, msg)
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.raise = false
+  local ok, report = glimpse.gradcheck(fn, inputs, o)
+  if not ok then lu.fail((msg or "gradcheck") .. ": " .. tostring(report)) end
+  return true
+end
+
+-- ---------------------------------------------------------------------------------------
+-- files
+
+function H.sh_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local made = {}
+
+--- H.tmpdir() -> the path of a new empty directory (removed by H.cleanup)
+function H.tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. H.sh_quote(d)))
+  made[#made + 1] = d
+  return d
+end
+
+--- H.rmdir(path): remove a directory and everything in it
+function H.rmdir(d)
+  os.execute("rm -rf " .. H.sh_quote(d))
+end
+
+--- H.cleanup(): remove every directory H.tmpdir made (tests/run.lua calls it after a suite)
+function H.cleanup()
+  for i = #made, 1, -1 do
+    H.rmdir(made[i])
+    made[i] = nil
+  end
+end
+
+--- H.read_file(path) -> the file's bytes, or nil when it cannot be opened
+function H.read_file(p)
+  local f = io.open(p, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+--- H.write_file(path, s)
+function H.write_file(p, s)
+  local f = assert(io.open(p, "wb"))
+  f:write(s)
+  f:close()
+end
+
+return H
