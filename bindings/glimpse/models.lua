@@ -708,5 +708,10 @@ end
 -- the Show, Attend and Tell captioner, also reachable as glimpse.captioner (it requires this
 -- module only on first use, so there is no loop)
 M.Captioner = require("glimpse.captioner").Captioner
+-- whole models for the sequence tasks (bindings/glimpse/models/*.lua; none requires this file)
+M.Seq2Seq = require("glimpse.models.seq2seq").Seq2Seq
+M.PointerNet = require("glimpse.models.pointer").PointerNet
+M.NTM = require("glimpse.models.ntm").NTM
+M.eval = require "glimpse.models.eval"
 
 return M
