@@ -144,8 +144,9 @@ end
 
 -- bit errors per sequence: outputs above 0.5 (logits above 0) against the targets
 local function bit_errors(logits, b)
-  local wrong = (logits:gt(0) - b.targets):abs():sum(3) * b.output_mask
-  return wrong:sum(2):totable()                             -- {B}
+  local wrong = ((logits:gt(0) - b.targets):abs():sum(3) * b.output_mask):sum(2):totable()
+  for i, e in ipairs(wrong) do wrong[i] = math.tointeger(math.floor(e + 0.5)) end
+  return wrong                                              -- {B} integers
 end
 
 --- model:loss(batch) -> loss (scalar: BCE summed over bits and copy steps, mean over the
