@@ -215,6 +215,12 @@ function T.test_hard_attention_reports_the_reward_in_training_only()
   m:evaluate()
   local _, s2 = m:loss(b)
   lu.assertNil(s2.reward)
+  local path = os.tmpname()
+  m:save(path)
+  local m2 = Seq2Seq.load(path)
+  os.remove(path)
+  lu.assertNotNil(m.baseline.value)
+  lu.assertAlmostEquals(m2.baseline.value, m.baseline.value, 1e-12)
 end
 
 -- ---------------------------------------------------------------------------------------

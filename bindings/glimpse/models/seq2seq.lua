@@ -303,9 +303,12 @@ end
 
 --- model:save(path, meta) -> path: one safetensors file (atomic) with the state_dict and, in
 --- its metadata, the configuration and both vocabularies; meta: extra name -> string entries.
+-- (hard attention's moving-average baseline is kept too, so training can go on)
 function Seq2Seq:save(path, meta)
-  return C.save(self, path, FORMAT, {config = self.config, src_vocab = self.src_vocab:totable(),
-                                     tgt_vocab = self.tgt_vocab:totable()}, meta, "Seq2Seq:save")
+  local extra = {config = self.config, src_vocab = self.src_vocab:totable(),
+                 tgt_vocab = self.tgt_vocab:totable()}
+  if self.baseline.value then extra.baseline = self.baseline.value end
+  return C.save(self, path, FORMAT, extra, meta, "Seq2Seq:save")
 end
 
 --- Seq2Seq.load(path) -> model (in evaluation mode), meta (the file's metadata strings)
@@ -315,6 +318,7 @@ function M.load(path)
   o.src_vocab, o.tgt_vocab = Vocab.from_list(m.src_vocab), Vocab.from_list(m.tgt_vocab)
   local model = Seq2Seq(o)
   C.load_weights(model, sd, path, "Seq2Seq.load")
+  if meta.baseline then model.baseline.value = tonumber(meta.baseline) end
   return model, meta
 end
 Seq2Seq.load = M.load
