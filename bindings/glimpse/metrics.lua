@@ -1,4 +1,5 @@
---- glimpse.metrics -- how good a captioner is, and where it looks.
+--- glimpse.metrics -- how good a captioner is, and where it looks; how well decoded sequences
+-- match their references (exact_match, token_accuracy).
 --
 --   local metrics = require "glimpse.metrics"
 --   local b = metrics.bleu({"a bag above a coat"}, {{"a bag above a coat", "a bag over a coat"}})
@@ -225,6 +226,56 @@ function M.attention_in_box(alphas, boxes, grid_hw, image_hw)
     end
   end
   return inside, chance
+end
+
+
+-- ---------------------------------------------------------------------------------------
+-- sequence matches (from any decoder's output lists)
+
+local function check_pairs(fname, preds, refs, level)
+  if type(preds) ~= "table" or type(refs) ~= "table" then
+    error(string.format("%s: predictions and references must be lists of sequences, got %s " ..
+                        "and %s", fname, type(preds), type(refs)), level + 1)
+  end
+  if #preds ~= #refs then
+    error(string.format("%s: %d predictions for %d references", fname, #preds, #refs), level + 1)
+  end
+  for i = 1, #preds do
+    if type(preds[i]) ~= "table" or type(refs[i]) ~= "table" then
+      error(string.format("%s: entry %d must be two lists (ids or tokens), got %s and %s", fname,
+                          i, type(preds[i]), type(refs[i])), level + 1)
+    end
+  end
+end
+
+--- metrics.exact_match(preds, refs) -> share of rows whose sequence equals the reference
+--- (lists of ids or tokens; 0 for no rows), and the number of matching rows
+function M.exact_match(preds, refs)
+  check_pairs("metrics.exact_match", preds, refs, 2)
+  local right = 0
+  for i = 1, #preds do
+    local a, b = preds[i], refs[i]
+    local same = #a == #b
+    for t = 1, #b do if not same then break end; same = a[t] == b[t] end
+    if same then right = right + 1 end
+  end
+  return #preds > 0 and right / #preds or 0, right
+end
+
+--- metrics.token_accuracy(preds, refs) -> share of reference positions t where pred[t] ==
+--- ref[t] (a missing prediction counts wrong; extra predicted tokens are not counted), and
+--- the numbers of right and reference tokens
+function M.token_accuracy(preds, refs)
+  check_pairs("metrics.token_accuracy", preds, refs, 2)
+  local right, total = 0, 0
+  for i = 1, #preds do
+    local a, b = preds[i], refs[i]
+    for t = 1, #b do
+      if a[t] == b[t] then right = right + 1 end
+    end
+    total = total + #b
+  end
+  return total > 0 and right / total or 0, right, total
 end
 
 return M

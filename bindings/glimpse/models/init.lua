@@ -3,6 +3,10 @@
 -- built on them, each in its own file under glimpse/models/ and published here by name:
 --
 --   models.Captioner   models/captioner.lua   Show, Attend and Tell (also glimpse.captioner)
+--   models.Seq2Seq     models/seq2seq.lua     encoder-decoder with any nn.Attention score/mode
+--   models.PointerNet  models/pointer.lua     Ptr-Net for sort, convex hull, TSP
+--   models.NTM         models/ntm.lua         Neural Turing Machine (and its LSTM baseline)
+--   models.eval        models/eval.lua        evaluators over a model's :decode
 --
 -- A new model is one file returning a table with its class, and one line in MODELS below.
 local M = {}
@@ -11,11 +15,16 @@ for k, v in pairs(require "glimpse.models.encoders") do M[k] = v end
 
 local MODELS = {
   Captioner = "glimpse.models.captioner",
+  Seq2Seq = "glimpse.models.seq2seq",
+  PointerNet = "glimpse.models.pointer",
+  NTM = "glimpse.models.ntm",
 }
 
 for name, file in pairs(MODELS) do
   if M[name] ~= nil then error("glimpse.models: " .. file .. " redefines models." .. name) end
   M[name] = require(file)[name]
 end
+
+M.eval = require "glimpse.models.eval"
 
 return M

@@ -1,0 +1,153 @@
+--- glimpse.models.common -- what the whole-model classes (Seq2Seq, PointerNet, NTM) share:
+-- option checks that name the class and the option, and checkpoints (one safetensors file:
+-- the state_dict, with the configuration and the vocabularies as JSON in the metadata, so
+-- that Model.load needs nothing else).  Internal to glimpse.models; no model is required here.
+local glimpse = require "glimpse"
+
+local M = {}
+
+local function fail(level, fmt, ...)
+  error(string.format(fmt, ...), level + 1)
+end
+M.fail = fail
+
+-- the message of a caught error without its "file:line: " prefix
+function M.strip(err)
+  return (tostring(err):gsub("^[^:]*:%d+: ", ""))
+end
+
+--- checks.positive_int(cls, o, key, default, level) -> o[key] (a positive integer) or default
+function M.positive_int(cls, o, key, default, level)
+  local v = o[key]
+  if v == nil then return default end
+  if math.type(v) ~= "integer" or v < 1 then
+    fail(level + 1, "%s: option '%s' must be a positive integer, got %s", cls, key, tostring(v))
+  end
+  return v
+end
+
+--- checks.nonneg_int(cls, o, key, default, level) -> an integer >= 0
+function M.nonneg_int(cls, o, key, default, level)
+  local v = o[key]
+  if v == nil then return default end
+  if math.type(v) ~= "integer" or v < 0 then
+    fail(level + 1, "%s: option '%s' must be an integer >= 0, got %s", cls, key, tostring(v))
+  end
+  return v
+end
+
+--- checks.number_in(cls, o, key, default, lo, hi, level) -> a number in [lo, hi]
+function M.number_in(cls, o, key, default, lo, hi, level)
+  local v = o[key]
+  if v == nil then return default end
+  if type(v) ~= "number" or v ~= v or v < lo or v > hi then
+    fail(level + 1, "%s: option '%s' must be a number in [%g, %g], got %s", cls, key, lo, hi,
+         tostring(v))
+  end
+  return v
+end
+
+--- checks.one_of(cls, o, key, default, list, what, level) -> o[key] when it is in list
+function M.one_of(cls, o, key, default, list, what, level)
+  local v = o[key]
+  if v == nil then v = default end
+  for _, x in ipairs(list) do if x == v then return v end end
+  fail(level + 1, "%s: unknown %s '%s' (one of %s)", cls, what or key, tostring(v),
+       table.concat(list, ", "))
+end
+
+--- checks.bool(o, key, default) -> boolean
+function M.bool(o, key, default)
+  local v = o[key]
+  if v == nil then return default end
+  return v and true or false
+end
+
+--- checks.known_keys(cls, o, allowed, level): a misspelt option is an error, not ignored
+function M.known_keys(cls, o, allowed, level)
+  local ok = {}
+  for _, k in ipairs(allowed) do ok[k] = true end
+  for k in pairs(o) do
+    if not ok[k] then
+      local names = {}
+      for _, a in ipairs(allowed) do names[#names + 1] = a end
+      table.sort(names)
+      fail(level + 1, "%s: unknown option '%s' (options: %s)", cls, tostring(k),
+           table.concat(names, ", "))
+    end
+  end
+end
+
+-- JSON numbers come back as floats: integral ones become integers again (sizes, ids)
+local function integers(v)
+  if type(v) == "number" then return math.tointeger(v) or v end
+  if type(v) ~= "table" then return v end
+  for k, x in pairs(v) do v[k] = integers(x) end
+  return v
+end
+
+--- common.save(model, path, format, extra_meta, user_meta, fname) -> path.
+-- extra_meta: name -> Lua value (JSON-encoded into the metadata: config, vocabularies);
+-- user_meta: name -> string or number (kept as text; may not reuse a reserved name).
+-- glimpse.save writes a temporary file and renames it (atomic).
+function M.save(model, path, format, extra_meta, user_meta, fname)
+  if type(path) ~= "string" then fail(3, "%s: path must be a string, got %s", fname, type(path)) end
+  if user_meta ~= nil and type(user_meta) ~= "table" then
+    fail(3, "%s: meta must be a table of strings, got %s", fname, type(user_meta))
+  end
+  local util = require "glimpse.util"
+  local meta = {format = format, version = "1"}
+  for k, v in pairs(extra_meta) do meta[k] = util.json_encode(v) end
+  for k, v in pairs(user_meta or {}) do
+    if meta[k] ~= nil then fail(3, "%s: meta key '%s' is reserved", fname, tostring(k)) end
+    if type(v) ~= "string" and type(v) ~= "number" then
+      fail(3, "%s: meta['%s'] must be a string or a number, got %s", fname, tostring(k), type(v))
+    end
+    meta[k] = tostring(v)
+  end
+  local ok, err = pcall(glimpse.save, path, model:state_dict(), meta)
+  if not ok then fail(3, "%s: %s", fname, M.strip(err)) end
+  return path
+end
+
+--- common.load(path, format, keys, fname) -> state_dict, decoded {key = value}, raw meta.
+-- keys: the JSON-encoded metadata entries the checkpoint must have.
+function M.load(path, format, keys, fname)
+  if type(path) ~= "string" then fail(3, "%s: path must be a string, got %s", fname, type(path)) end
+  local ok, sd, meta = pcall(glimpse.load, path)
+  if not ok then fail(3, "%s: %s", fname, M.strip(sd)) end
+  meta = meta or {}
+  if meta.format ~= format then
+    fail(3, "%s: %s is not a %s checkpoint (its metadata says format '%s')", fname, path,
+         format, tostring(meta.format))
+  end
+  local util = require "glimpse.util"
+  local null = require("cjson").null
+  local out = {}
+  for _, k in ipairs(keys) do
+    if meta[k] == nil then fail(3, "%s: %s has no '%s' in its metadata", fname, path, k) end
+    local v = integers(util.json_decode(meta[k]))
+    if type(v) == "table" then
+      for kk, x in pairs(v) do if x == null then v[kk] = nil end end
+    end
+    out[k] = v
+  end
+  return sd, out, meta
+end
+
+--- common.load_weights(model, sd, path, fname): strict load_state_dict with a named error
+function M.load_weights(model, sd, path, fname)
+  local ok, err = pcall(model.load_state_dict, model, sd)
+  if not ok then fail(3, "%s: %s: %s", fname, path, M.strip(err)) end
+  model:evaluate()
+  return model
+end
+
+--- common.copy(t) -> a shallow copy of a table
+function M.copy(t)
+  local o = {}
+  for k, v in pairs(t) do o[k] = v end
+  return o
+end
+
+return M

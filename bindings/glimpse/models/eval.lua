@@ -1,0 +1,161 @@
+--- glimpse.models.eval -- held-out measures of the whole models, computed from what their
+-- :decode gives (greedy, or beam search with opts.beam > 1):
+--
+--   local eval = glimpse.models.eval
+--   eval.sequence_accuracy(s2s, valid, {beam = 5})  --> {exact=, token=, bleu=, n=}
+--   eval.pointer(ptr, test, {beam = 3})             --> {exact=, n=, area_coverage=, invalid=}
+--                                                       (hull) or {valid_tours=, tour_length=,
+--                                                       optimal_length=, gap=} (tsp)
+--   eval.copy(ntm, batch)                           --> {bit_errors=, exact=, n=}
+--
+-- Datasets are the ones the models train on: datasets/seq2seq_tasks.lua (references
+-- ds.tgt_ids), datasets/points.lua (ds.targets, ds.points, ds.tour_lengths), and a
+-- copy_task batch or dataset.  The models run in evaluation mode without a tape.
+local glimpse = require "glimpse"
+local metrics = require "glimpse.metrics"
+local planar = require "glimpse.planar"
+
+local M = {}
+
+local function check(fname, model, ds, opts, level)
+  if type(model) ~= "table" or type(model.decode) ~= "function" then
+    error(fname .. ": argument #1 must be a model with :decode (glimpse.models.*)", level + 1)
+  end
+  if type(ds) ~= "table" or type(ds.collate) ~= "function" or type(ds.n) ~= "number" then
+    error(fname .. ": argument #2 must be a dataset with n and :collate(indices)", level + 1)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(fname .. ": opts must be a table {beam=, batch_size=, max_len=}, got " .. type(opts),
+          level + 1)
+  end
+  opts = opts or {}
+  local bs = opts.batch_size or 200
+  if math.type(bs) ~= "integer" or bs < 1 then
+    error(fname .. ": opts.batch_size must be a positive integer, got " .. tostring(bs), level + 1)
+  end
+  return opts, bs
+end
+
+--- eval.decode_all(model, ds, {beam=1, batch_size=200, max_len=}) -> outputs, extras:
+--- model:decode over the whole dataset in order, batch by batch; outputs[i] for example i,
+--- extras.alignments[i] and extras.scores[i] where the model gives them
+function M.decode_all(model, ds, opts)
+  local bs
+  opts, bs = check("eval.decode_all", model, ds, opts, 2)
+  local outs, ex = {}, {alignments = {}, scores = {}}
+  local dopts = {beam = opts.beam, max_len = opts.max_len}
+  for s = 1, ds.n, bs do
+    local idx = {}
+    for i = s, math.min(ds.n, s + bs - 1) do idx[#idx + 1] = i end
+    local o, e = model:decode(ds:collate(idx), dopts)
+    for k, i in ipairs(idx) do
+      outs[i] = o[k]
+      if e and e.alignments then ex.alignments[i] = e.alignments[k] end
+      if e and e.scores then ex.scores[i] = e.scores[k] end
+    end
+  end
+  return outs, ex
+end
+
+-- exact-sequence accuracy; a tour counts in either direction and from any start
+function M._exact(preds, ds)
+  local refs = ds.tgt_ids or ds.targets
+  if ds.task ~= "tsp" then return (metrics.exact_match(preds, refs)) end
+  local right = 0
+  for i = 1, ds.n do if planar.same_cycle(preds[i], refs[i]) then right = right + 1 end end
+  return ds.n > 0 and right / ds.n or 0
+end
+
+--- eval.sequence_accuracy(model, ds, {beam=1, batch_size=200, max_len=, bleu=true}) ->
+---   {exact=, token=, bleu= (corpus BLEU-4 over target ids; seq2seq datasets), n=}
+-- exact: share of examples decoded exactly (tsp: the same tour in either direction, from
+-- any start); token: share of reference positions predicted right (metrics.token_accuracy).
+-- References: ds.tgt_ids (seq2seq tasks) or ds.targets (points).
+function M.sequence_accuracy(model, ds, opts)
+  local o = check("eval.sequence_accuracy", model, ds, opts, 2)
+  local refs = ds.tgt_ids or ds.targets
+  if type(refs) ~= "table" then
+    error("eval.sequence_accuracy: the dataset has no references (tgt_ids or targets)", 2)
+  end
+  local preds = M.decode_all(model, ds, o)
+  local r = {n = ds.n, exact = M._exact(preds, ds)}
+  r.token = metrics.token_accuracy(preds, refs)
+  if ds.tgt_ids and o.bleu ~= false and ds.n > 0 then
+    r.bleu = metrics.bleu(preds, refs)[4]
+  end
+  return r
+end
+
+--- eval.pointer(model, ds, {beam=1, batch_size=200}) -> {exact=, n=, ...}: exact-sequence
+--- accuracy, and for hull area_coverage (mean |area(pred)| / area(hull), 0 for an invalid
+--- polygon) and invalid (share of non-simple polygons), for tsp valid_tours (share of
+--- permutations), tour_length and optimal_length (means over the valid tours) and gap
+--- (tour_length / optimal_length - 1)
+function M.pointer(model, ds, opts)
+  local o = check("eval.pointer", model, ds, opts, 2)
+  if type(ds.points) ~= "table" or type(ds.targets) ~= "table" then
+    error("eval.pointer: argument #2 must be a datasets/points.lua dataset", 2)
+  end
+  local preds = M.decode_all(model, ds, o)
+  local out = {exact = M._exact(preds, ds), token = metrics.token_accuracy(preds, ds.targets),
+               n = ds.n}
+  if ds.task == "hull" then
+    local cov, bad = 0, 0
+    for i = 1, ds.n do
+      local c, why = planar.hull_coverage(ds.points[i], preds[i], ds.targets[i])
+      cov = cov + c
+      if why then bad = bad + 1 end
+    end
+    out.area_coverage = cov / math.max(1, ds.n)
+    out.invalid = bad / math.max(1, ds.n)
+  elseif ds.task == "tsp" then
+    local valid, len, opt = 0, 0, 0
+    for i = 1, ds.n do
+      local pts = ds.points[i]
+      if planar.is_tour(preds[i], #pts) then
+        valid = valid + 1
+        len = len + planar.tour_length(pts, preds[i])
+        opt = opt + (ds.tour_lengths and ds.tour_lengths[i] or planar.tour_length(pts, ds.targets[i]))
+      end
+    end
+    out.valid_tours = valid / math.max(1, ds.n)
+    if valid > 0 then
+      out.tour_length, out.optimal_length = len / valid, opt / valid
+      out.gap = out.tour_length / out.optimal_length - 1
+    end
+  end
+  return out
+end
+
+--- eval.copy(model, data, {batch_size=200}) -> {bit_errors= (mean per sequence), exact=
+--- (share of sequences copied without error), n=}.  data: a copy_task batch (inputs,
+--- targets, output_mask) or a copy_task dataset (copy.make).
+function M.copy(model, data, opts)
+  if type(model) ~= "table" or type(model.decode) ~= "function" then
+    error("eval.copy: argument #1 must be a model with :decode (glimpse.models.NTM)", 2)
+  end
+  if type(data) ~= "table" then error("eval.copy: argument #2 must be a batch or a dataset", 2) end
+  local batches = {}
+  if glimpse.is_tensor(data.inputs) then
+    batches[1] = data
+  else
+    local bs
+    opts, bs = check("eval.copy", model, data, opts, 2)
+    for s = 1, data.n, bs do
+      local idx = {}
+      for i = s, math.min(data.n, s + bs - 1) do idx[#idx + 1] = i end
+      batches[#batches + 1] = data:collate(idx)
+    end
+  end
+  local errs, exact, n = 0, 0, 0
+  for _, b in ipairs(batches) do
+    local _, ex = model:decode(b)
+    for _, e in ipairs(ex.errors) do
+      errs, n = errs + e, n + 1
+      if e == 0 then exact = exact + 1 end
+    end
+  end
+  return {bit_errors = errs / math.max(1, n), exact = exact / math.max(1, n), n = n}
+end
+
+return M

@@ -1,0 +1,333 @@
+--- glimpse.models.seq2seq -- an attentional encoder-decoder (Luong et al. 2015) for the
+-- synthetic tasks of datasets/seq2seq_tasks.lua, as one nn.Module:
+--
+--   local tasks = require "datasets.seq2seq_tasks"
+--   local ds = tasks.reversal{n = 1000, max_len = 10}
+--   local model = glimpse.models.Seq2Seq{dataset = ds, score = "general", mode = "soft"}
+--   local loss, stats = model:loss(ds:collate({1, 2, 3}))     -- stats.nll, stats.token_accuracy
+--   local ids, extras = model:decode(ds:collate({1, 2}), {beam = 3})   -- extras.alignments
+--   model:save("s2s.safetensors");  model = glimpse.models.Seq2Seq.load("s2s.safetensors")
+--
+-- The model (scripts/seq2seq.lua's, built in the same order so the same seed gives the same
+-- parameters):
+--   e_s = RNN_enc(E_src x)               bidirectional LSTM (or GRU) of hidden/2 per direction
+--   h_0 = tanh(W_b [h_fwd; h_bwd])       the last layer's final states, bridged to the decoder
+--   h_t = Cell([E_tgt y_{t-1}; h~_{t-1}])  input feeding (h~_0 = 0)
+--   c_t, alpha_t = attend(h_t, e)        any nn.Attention score and mode
+--   h~_t = tanh(W_c [c_t; h_t]),  p(y_t) = softmax(W_s h~_t)                   (eq. 5, 6)
+-- Loss: the mean token cross-entropy; hard attention adds the REINFORCE surrogate of Xu et
+-- al. 2015 (reward log p(y|x,s) per sequence, a moving-average baseline, an entropy bonus);
+-- ds > 0 adds the doubly stochastic penalty, coverage_penalty > 0 the coverage penalty (See et
+-- al. 2017); sentence-level terms are scaled by B / tokens to sit on the per-token scale.
+local glimpse = require "glimpse"
+local nn = require "glimpse.nn"
+local att = require "glimpse.attention"
+local decode = require "glimpse.decode"
+local Vocab = require "datasets.vocab"
+local C = require "glimpse.models.common"
+
+local M = {}
+
+local CLS = "Seq2Seq"
+local FORMAT = "glimpse.seq2seq"
+
+local OPTIONS = {"dataset", "src_vocab", "tgt_vocab", "task", "emb", "hidden", "attn_hidden",
+                 "rnn", "bidirectional", "layers", "input_feeding", "score", "mode", "window",
+                 "temperature", "normaliser", "soft_prob", "entropy", "baseline_decay", "ds",
+                 "coverage", "coverage_penalty", "max_src", "hard_eval", "filters", "kernel",
+                 "length_penalty"}
+
+-- a Vocab, a full id list (specials first, as vocab:totable() gives) or a token list
+local function make_vocab(v, key, level)
+  if type(v) ~= "table" then
+    C.fail(level + 1, "%s: option '%s' must be a vocabulary (datasets/vocab.lua) or a token list, " ..
+                      "got %s (or pass dataset=)", CLS, key, type(v))
+  end
+  if v.itos and v.stoi then return v end
+  if v[1] == Vocab.SPECIALS[1] then return Vocab.from_list(v) end
+  return Vocab.new(v)
+end
+
+local Seq2Seq = nn.Module:extend("Seq2Seq")
+M.Seq2Seq = Seq2Seq
+
+--- Seq2Seq{dataset= | src_vocab=, tgt_vocab=, emb=32, hidden=128, attn_hidden=64, rnn="lstm",
+---         bidirectional=true, layers=1, input_feeding=true, score="additive", mode="soft",
+---         window=3, temperature=1, normaliser="softmax", soft_prob=0.5, entropy=0.01,
+---         baseline_decay=0.9, ds=0, coverage=false, coverage_penalty=0, max_src=42,
+---         hard_eval="argmax", filters=8, kernel=7, length_penalty=0, task=nil} -> model
+-- dataset: a datasets/seq2seq_tasks.lua dataset (its src_vocab, tgt_vocab and task are
+-- used).  hidden: the decoder's size; a bidirectional encoder has hidden/2 per direction.
+-- rnn: "lstm" | "gru" (encoder and decoder).  score/mode: any of glimpse.attention.SCORES /
+-- MODES.  max_src: the most source positions (the location score's output size).
+function Seq2Seq:init(o)
+  if type(o) ~= "table" then
+    C.fail(3, "%s: expected an options table {dataset=, score=, mode=, ...}, got %s", CLS, type(o))
+  end
+  C.known_keys(CLS, o, OPTIONS, 3)
+  local ds = o.dataset
+  if ds ~= nil and (type(ds) ~= "table" or not ds.src_vocab or not ds.tgt_vocab) then
+    C.fail(3, "%s: option 'dataset' must be a seq2seq dataset with src_vocab and tgt_vocab", CLS)
+  end
+  local src_vocab = make_vocab(o.src_vocab or (ds and ds.src_vocab), "src_vocab", 3)
+  local tgt_vocab = make_vocab(o.tgt_vocab or (ds and ds.tgt_vocab), "tgt_vocab", 3)
+  local c = {
+    task = o.task or (ds and ds.task) or nil,
+    emb = C.positive_int(CLS, o, "emb", 32, 3),
+    hidden = C.positive_int(CLS, o, "hidden", 128, 3),
+    attn_hidden = C.positive_int(CLS, o, "attn_hidden", 64, 3),
+    rnn = C.one_of(CLS, o, "rnn", "lstm", {"lstm", "gru"}, "rnn", 3),
+    bidirectional = C.bool(o, "bidirectional", true),
+    layers = C.positive_int(CLS, o, "layers", 1, 3),
+    input_feeding = C.bool(o, "input_feeding", true),
+    score = C.one_of(CLS, o, "score", "additive", att.SCORES, "score", 3),
+    mode = C.one_of(CLS, o, "mode", "soft", att.MODES, "mode", 3),
+    window = C.positive_int(CLS, o, "window", 3, 3),
+    temperature = C.number_in(CLS, o, "temperature", 1, 1e-6, math.huge, 3),
+    normaliser = C.one_of(CLS, o, "normaliser", "softmax", {"softmax", "sigmoid"}, "normaliser", 3),
+    soft_prob = C.number_in(CLS, o, "soft_prob", 0.5, 0, 1, 3),
+    entropy = C.number_in(CLS, o, "entropy", 0.01, 0, math.huge, 3),
+    baseline_decay = C.number_in(CLS, o, "baseline_decay", 0.9, 0, 0.999999, 3),
+    ds = C.number_in(CLS, o, "ds", 0, 0, math.huge, 3),
+    coverage = C.bool(o, "coverage", false),
+    coverage_penalty = C.number_in(CLS, o, "coverage_penalty", 0, 0, math.huge, 3),
+    max_src = C.positive_int(CLS, o, "max_src", 42, 3),
+    hard_eval = C.one_of(CLS, o, "hard_eval", "argmax", {"argmax", "sample", "soft"}, "hard_eval", 3),
+    filters = C.positive_int(CLS, o, "filters", 8, 3),
+    kernel = C.positive_int(CLS, o, "kernel", 7, 3),
+    length_penalty = C.number_in(CLS, o, "length_penalty", 0, -math.huge, math.huge, 3),
+  }
+  if c.bidirectional and c.hidden % 2 ~= 0 then
+    C.fail(3, "%s: a bidirectional encoder needs an even hidden size (hidden/2 per direction), " ..
+              "got %d", CLS, c.hidden)
+  end
+  if (c.mode == "location" or c.coverage) and c.score ~= "additive" and c.score ~= "concat" then
+    C.fail(3, "%s: mode '%s'%s needs the additive or concat score, got '%s'", CLS, c.mode,
+           c.coverage and " with coverage" or "", c.score)
+  end
+  if c.kernel % 2 == 0 then C.fail(3, "%s: option 'kernel' must be odd, got %d", CLS, c.kernel) end
+  local H = c.hidden
+  local He = c.bidirectional and H // 2 or H
+  local dirs = c.bidirectional and 2 or 1
+  local K = dirs * He                                          -- key width (= H)
+  rawset(self, "config", c)
+  rawset(self, "src_vocab", src_vocab)
+  rawset(self, "tgt_vocab", tgt_vocab)
+  rawset(self, "H", H)
+  rawset(self, "baseline", att.baseline(c.baseline_decay))
+  local Rnn, Cell = nn.LSTM, nn.LSTMCell
+  if c.rnn == "gru" then Rnn, Cell = nn.GRU, nn.GRUCell end
+  self.src_emb = nn.Embedding(src_vocab:size(), c.emb)
+  self.tgt_emb = nn.Embedding(tgt_vocab:size(), c.emb)
+  self.encoder = Rnn(c.emb, He, {bidirectional = c.bidirectional, layers = c.layers})
+  self.bridge = nn.Linear(K, H)                                -- h_0 = tanh(W [h_fwd; h_bwd])
+  self.decoder = Cell(c.emb + (c.input_feeding and H or 0), H) -- [y_{t-1}; h~_{t-1}]
+  local ok, a = pcall(nn.Attention, {score = c.score, mode = c.mode, query = H, key = K,
+                                     hidden = c.attn_hidden, window = c.window,
+                                     temperature = c.temperature, normaliser = c.normaliser,
+                                     soft_prob = c.soft_prob, coverage = c.coverage,
+                                     max_len = c.max_src, hard_eval = c.hard_eval,
+                                     filters = c.filters, kernel = c.kernel})
+  if not ok then C.fail(3, "%s: %s", CLS, C.strip(a)) end
+  self.attention = a
+  self.combine = nn.Linear(K + H, H)                           -- h~_t = tanh(W_c [c_t; h_t])
+  self.out = nn.Linear(H, tgt_vocab:size())                    -- p(y_t) = softmax(W_s h~_t)
+end
+
+local function shape_str(t)
+  return glimpse.is_tensor(t) and "{" .. table.concat(t.shape, ",") .. "}" or type(t)
+end
+
+-- the batch fields a method needs, checked
+local function check_batch(b, fname, need_target, level)
+  if type(b) ~= "table" then
+    C.fail(level + 1, "%s: batch must be a table {src=, src_lengths=, ...} (ds:collate), got %s",
+           fname, type(b))
+  end
+  if not glimpse.is_tensor(b.src) or b.src:dim() ~= 2 then
+    C.fail(level + 1, "%s: batch.src must be a (B,S) tensor of ids, got %s", fname, shape_str(b.src))
+  end
+  if type(b.src_lengths) ~= "table" or #b.src_lengths ~= b.src.shape[1] then
+    C.fail(level + 1, "%s: batch.src_lengths must list %d lengths", fname, b.src.shape[1])
+  end
+  if need_target then
+    for _, k in ipairs({"tgt_in", "tgt_out", "tgt_mask"}) do
+      if not glimpse.is_tensor(b[k]) or b[k]:dim() ~= 2 or b[k].shape[1] ~= b.src.shape[1] then
+        C.fail(level + 1, "%s: batch.%s must be a (B,T) tensor with B = %d, got %s", fname, k,
+               b.src.shape[1], shape_str(b[k]))
+      end
+    end
+  end
+end
+
+--- model:encode(src (B,S), lengths {B}) -> encoder states (B,S,H), h_0 (B,H), c_0 (B,H) or nil
+function Seq2Seq:encode(src, lengths)
+  local enc, st = self.encoder(self.src_emb(src), lengths)
+  local c = self.config
+  local dirs = c.bidirectional and 2 or 1
+  local last = {}
+  for d = 1, dirs do last[d] = st.h:select(1, (c.layers - 1) * dirs + d) end
+  local h = self.bridge(dirs == 2 and glimpse.cat(last, 2) or last[1]):tanh()
+  local c0 = c.rnn == "lstm" and glimpse.zeros(h.shape[1], self.H) or nil
+  return enc, h, c0
+end
+
+--- model:step(y_emb (B,E), feed (B,H), h, c, enc, mask, astate) -> h~_t, h_t, c_t, alpha_t,
+--- astate: one decoder step (enc and mask may be nil when astate holds them)
+function Seq2Seq:step(y_emb, feed, h, c, enc, mask, astate)
+  local x = self.config.input_feeding and glimpse.cat({y_emb, feed}, 2) or y_emb
+  if self.config.rnn == "lstm" then h, c = self.decoder(x, h, c) else h = self.decoder(x, h) end
+  local ctx, alpha
+  ctx, alpha, astate = self.attention(h, enc, nil, mask, astate)
+  local ht = self.combine(glimpse.cat({ctx, h}, 2)):tanh()
+  return ht, h, c, alpha, astate
+end
+
+--- model:loss(batch) -> loss (scalar tensor), stats {nll=, token_accuracy=, tokens=,
+---   reward= (hard), ds= , coverage= (when on)}
+-- batch: ds:collate's table (src, src_lengths, src_mask, tgt_in, tgt_out, tgt_mask).
+-- Teacher forcing; the REINFORCE surrogate is added in training mode only.
+function Seq2Seq:loss(b)
+  check_batch(b, "Seq2Seq:loss", true, 2)
+  local Vt = self.tgt_vocab:size()
+  local B, T = b.tgt_in.shape[1], b.tgt_in.shape[2]
+  local enc, h, c = self:encode(b.src, b.src_lengths)
+  local astate = self.attention:precompute(enc, nil, b.src_mask)
+  local yemb = self.tgt_emb(b.tgt_in)                          -- (B,T,E)
+  local feed = glimpse.zeros(B, self.H)
+  local hts, alphas = {}, {}
+  for t = 1, T do
+    feed, h, c, alphas[t], astate = self:step(yemb:select(2, t), feed, h, c, enc, b.src_mask,
+                                              astate)
+    hts[t] = feed
+  end
+  local logits = self.out(glimpse.stack(hts, 2)):reshape(B * T, Vt)
+  local targets = b.tgt_out:reshape(B * T)
+  local nll = glimpse.cross_entropy(logits, targets, {ignore_index = Vocab.PAD, reduction = "none"})
+  local ntok = b.tgt_mask:sum():item()
+  local nll_seq = nll:reshape(B, T):sum(2)                     -- -log p(y | x, s) per sequence
+  local token_nll = nll_seq:sum() / ntok
+  local loss = token_nll
+  local cfg = self.config
+  local stats = {nll = token_nll:item(), tokens = ntok}
+  glimpse.no_grad(function()
+    local right = logits:argmax(2):eq(targets):reshape(B, T) * b.tgt_mask
+    stats.token_accuracy = right:sum():item() / math.max(ntok, 1)
+  end)
+  if cfg.mode == "hard" and self.training then
+    local logp, Hs = self.attention:reinforce_terms(astate, b.tgt_mask)
+    local surrogate = att.reinforce_loss(-nll_seq, logp, {baseline = self.baseline, entropy = Hs,
+                                                          entropy_weight = cfg.entropy})
+    loss = loss + surrogate * (B / ntok)
+    stats.reward = -nll_seq:mean():item()
+  end
+  if cfg.ds > 0 then
+    local pen = att.doubly_stochastic(alphas, {mask = b.src_mask, tgt_mask = b.tgt_mask,
+                                               weight = cfg.ds})
+    stats.ds = pen:item()
+    loss = loss + pen * (B / ntok)
+  end
+  if cfg.coverage_penalty > 0 then
+    local pen = att.coverage_penalty(alphas, {tgt_mask = b.tgt_mask, weight = cfg.coverage_penalty})
+    stats.coverage = pen:item()
+    loss = loss + pen * (B / ntok)
+  end
+  return loss, stats
+end
+
+-- The decoding state: everything with one row per sequence (glimpse.decode reorders it).
+function Seq2Seq:_decode_state(b)
+  local enc, h, c = self:encode(b.src, b.src_lengths)
+  local astate = self.attention:precompute(enc, nil, b.src_mask)
+  return {h = h, c = c, feed = glimpse.zeros(h.shape[1], self.H), att = astate}
+end
+
+-- glimpse.decode's step: y (N) previous ids -> log p(y_t) (N,V), the new state, alpha (N,S)
+function Seq2Seq:_decode_step(y, st)
+  local feed, h, c, alpha, astate = self:step(self.tgt_emb(y), st.feed, st.h, st.c, nil, nil,
+                                              st.att)
+  return glimpse.log_softmax(self.out(feed), 2), {h = h, c = c, feed = feed, att = astate}, alpha
+end
+
+--- model:decode(batch, {beam=1, max_len=T+5, length_penalty=config.length_penalty}) ->
+---   outputs, extras
+-- outputs[b]: the predicted target ids of row b (a Lua list, <end> excluded); extras:
+-- {alignments = {b -> {alpha_t as lists of S numbers}, the <end> step included},
+--  scores = {b -> log-probability}, finished = {b -> boolean}}.  beam=1 is greedy
+-- decoding (glimpse.decode.greedy), beam > 1 beam search.  max_len defaults to the width of
+-- batch.tgt_in + 5 when the batch has targets, else 2 S + 5.  Runs in evaluation mode
+-- without a tape.
+function Seq2Seq:decode(b, opts)
+  check_batch(b, "Seq2Seq:decode", false, 2)
+  if opts ~= nil and type(opts) ~= "table" then
+    C.fail(2, "Seq2Seq:decode: opts must be a table {beam=, max_len=}, got %s", type(opts))
+  end
+  opts = opts or {}
+  local beam = C.positive_int("Seq2Seq:decode", opts, "beam", 1, 2)
+  local default_len = glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5
+  local max_len = C.positive_int("Seq2Seq:decode", opts, "max_len", default_len, 2)
+  local lp = C.number_in("Seq2Seq:decode", opts, "length_penalty", self.config.length_penalty,
+                         -math.huge, math.huge, 2)
+  local was_training = self.training
+  self:evaluate()
+  local ok, outs, extras = pcall(glimpse.no_grad, function()
+    local st = self:_decode_state(b)
+    local step = function(y, s) return self:_decode_step(y, s) end
+    local o = {max_len = max_len, start = Vocab.START, stop = Vocab.END}
+    if beam == 1 then
+      local preds, scores, maps, finished = decode.greedy(step, st, o)
+      return preds, {alignments = maps, scores = scores, finished = finished}
+    end
+    o.beam, o.length_penalty = beam, lp
+    local hyps = decode.beam(step, st, o)
+    local preds, ex = {}, {alignments = {}, scores = {}, finished = {}}
+    for i, h in ipairs(hyps) do
+      preds[i], ex.alignments[i], ex.scores[i], ex.finished[i] =
+        h[1].tokens, h[1].alignment, h[1].log_prob, h[1].finished
+    end
+    return preds, ex
+  end)
+  if was_training then self:train() end
+  if not ok then error(outs, 0) end
+  return outs, extras
+end
+
+--- model:translate(batch, opts) -> list of B strings: model:decode's ids through the target
+--- vocabulary (characters joined without a separator, as the tasks' targets are written)
+function Seq2Seq:translate(b, opts)
+  local outs = self:decode(b, opts)
+  local s = {}
+  for i, ids in ipairs(outs) do s[i] = table.concat(self.tgt_vocab:decode(ids)) end
+  return s
+end
+
+--- model:save(path, meta) -> path: one safetensors file (atomic) with the state_dict and, in
+--- its metadata, the configuration and both vocabularies; meta: extra name -> string entries.
+-- (hard attention's moving-average baseline is kept too, so training can go on)
+function Seq2Seq:save(path, meta)
+  local extra = {config = self.config, src_vocab = self.src_vocab:totable(),
+                 tgt_vocab = self.tgt_vocab:totable()}
+  if self.baseline.value then extra.baseline = self.baseline.value end
+  return C.save(self, path, FORMAT, extra, meta, "Seq2Seq:save")
+end
+
+--- Seq2Seq.load(path) -> model (in evaluation mode), meta (the file's metadata strings)
+function M.load(path)
+  local sd, m, meta = C.load(path, FORMAT, {"config", "src_vocab", "tgt_vocab"}, "Seq2Seq.load")
+  local o = C.copy(m.config)
+  o.src_vocab, o.tgt_vocab = Vocab.from_list(m.src_vocab), Vocab.from_list(m.tgt_vocab)
+  local model = Seq2Seq(o)
+  C.load_weights(model, sd, path, "Seq2Seq.load")
+  if meta.baseline then model.baseline.value = tonumber(meta.baseline) end
+  return model, meta
+end
+Seq2Seq.load = M.load
+
+function Seq2Seq:extra_repr()
+  local c = self.config
+  return string.format("%s%s x%d, score=%s, mode=%s, emb=%d, hidden=%d, src=%d, tgt=%d",
+                       c.bidirectional and "bi-" or "", c.rnn, c.layers, c.score, c.mode, c.emb,
+                       c.hidden, self.src_vocab:size(), self.tgt_vocab:size())
+end
+
+return M
