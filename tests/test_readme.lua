@@ -38,7 +38,7 @@ end
 
 --- extract_blocks(text) -> array of {line = n, lang = "lua", code = "...", first = "..."}:
 --- the fenced code blocks of a Markdown text (``` or ~~~ fences, possibly indented), with
---- n the README line of the block's first code line and first that line itself.
+--- n the file's line of the block's first code line and first that line itself.
 local function extract_blocks(text)
   local blocks, cur = {}, nil
   local n = 0
