@@ -10,7 +10,7 @@ local function build_dir()
   return exe:match("^(.*)/[^/]*$") or "."
 end
 
--- LUA_PATH as the README shows; INSTALLED_PATH adds "?/init.lua" over the same folder, as a
+-- LUA_PATH as docs/api/repl.md shows; INSTALLED_PATH adds "?/init.lua" over the same folder, as a
 -- stock lua5.4's default path does over the folder `make install` fills
 local DEV_PATH = "bindings/?.lua;bindings/?/init.lua;./?.lua;;"
 local INSTALLED_PATH = "bindings/?.lua;bindings/?/init.lua;;"

@@ -1,9 +1,10 @@
--- tests/test_readme.lua -- the README's examples run.
+-- tests/test_readme.lua -- the examples of README.md and of the manual in docs/ run.
 --
--- Every ```lua block of README.md runs as a script of its own, in a fresh glimpse process
--- (the executable running this suite), from the repository root.  A block fails when the
--- process exits with an error; the failure names the block's line in README.md and its
--- first line.  A block that cannot run on its own (it needs files that are not in the
+-- Every ```lua block of README.md and of every docs/**/*.md (in sorted path order) runs as a
+-- script of its own, in a fresh glimpse process (the executable running this suite), from the
+-- repository root; the blocks of one file run PARALLEL at a time.  A block fails when the
+-- process exits with an error; the failure names the file, the block's line and its first
+-- line.  A block that cannot run on its own (it needs files that are not in the
 -- repository, or trains for minutes) starts with a comment line
 --   -- (not run by the tests: <reason>)
 -- and is skipped; keep those rare.  Blocks in other languages (```sh, plain ```) are text.
@@ -14,9 +15,11 @@ local read_file, write_file = helpers.read_file, helpers.write_file
 local T = {}
 
 local README = "README.md"
+local DOCS = "docs"             -- every *.md below it, recursively
 local SKIP_MARK = "^%s*%-%-%s*%(not run by the tests:%s*(.-)%)%s*$"
 local BLOCK_TIMEOUT_S = 120     -- one block's wall-clock limit
-local MIN_RUN_BLOCKS = 15       -- the README has more; fewer means the parser broke
+local MIN_RUN_BLOCKS = 44       -- README.md and docs/ have more; fewer means the parser broke
+local PARALLEL = 3              -- blocks of one file running at once
 local ERROR_LINES = 12          -- lines of a failing block's output shown in the message
 
 -- ---------------------------------------------------------------------------------------
@@ -24,7 +27,7 @@ local ERROR_LINES = 12          -- lines of a failing block's output shown in th
 
 --- extract_blocks(text) -> array of {line = n, lang = "lua", code = "...", first = "..."}:
 --- the fenced code blocks of a Markdown text (``` or ~~~ fences, possibly indented), with
---- n the README line of the block's first code line and first that line itself.
+--- n the file's line of the block's first code line and first that line itself.
 local function extract_blocks(text)
   local blocks, cur = {}, nil
   local n = 0
@@ -65,16 +68,20 @@ local function glimpse_exe()
   return arg and arg[-1] or "build/glimpse"
 end
 
---- run_block(block, tmp) -> ok, output: the block as a script in a new glimpse process
-local function run_block(block, tmp)
+--- start_block(block, tmp) -> a running job: the block as a script in a new glimpse process
+local function start_block(block, tmp)
   local path = tmp .. "/block_" .. block.line .. ".lua"
   write_file(path, block.code)
   local cmd = string.format("timeout %d %s %s 2>&1", BLOCK_TIMEOUT_S,
                             shell_quote(glimpse_exe()), shell_quote(path))
-  local p = io.popen(cmd)
-  local out = p:read("a")
-  local ok, _, code = p:close()
-  os.remove(path)
+  return {pipe = io.popen(cmd), path = path}
+end
+
+--- finish_block(job) -> ok, output: waits for the job's process
+local function finish_block(job)
+  local out = job.pipe:read("a")
+  local ok, _, code = job.pipe:close()
+  os.remove(job.path)
   if not ok and code == 124 then
     out = out .. "\n(timed out after " .. BLOCK_TIMEOUT_S .. " s)"
   end
@@ -89,12 +96,13 @@ local function tail_lines(s, n)
   return table.concat(lines, "\n      ", from)
 end
 
---- check_blocks(blocks, label) -> failures (array of messages), run count, skipped count
+--- check_blocks(blocks, label) -> failures (array of messages), run count, skipped count;
+--- the runnable blocks go PARALLEL at a time, and failures come in block order
 local function check_blocks(blocks, label)
   local tmp = os.tmpname()
   os.remove(tmp)
   assert(os.execute("mkdir -p " .. shell_quote(tmp)))
-  local failures, ran, skipped = {}, 0, 0
+  local failures, skipped, runnable = {}, 0, {}
   for _, b in ipairs(blocks) do
     if b.lang == "lua" then
       local reason = skip_reason(b)
@@ -105,17 +113,40 @@ local function check_blocks(blocks, label)
                                                   label, b.line, b.first)
         end
       else
-        ran = ran + 1
-        local ok, out = run_block(b, tmp)
-        if not ok then
-          failures[#failures + 1] = string.format("%s:%d: the block starting %q failed:\n      %s",
-                                                  label, b.line, b.first, tail_lines(out, ERROR_LINES))
-        end
+        runnable[#runnable + 1] = b
       end
     end
   end
+  local jobs = {}
+  for i, b in ipairs(runnable) do
+    jobs[i] = start_block(b, tmp)
+    local done = i - PARALLEL + 1            -- keep at most PARALLEL processes running
+    if done >= 1 then jobs[done] = {finish_block(jobs[done])} end
+  end
+  for i = math.max(1, #runnable - PARALLEL + 2), #runnable do
+    jobs[i] = {finish_block(jobs[i])}
+  end
+  for i, b in ipairs(runnable) do
+    local ok, out = jobs[i][1], jobs[i][2]
+    if not ok then
+      failures[#failures + 1] = string.format("%s:%d: the block starting %q failed:\n      %s",
+                                              label, b.line, b.first, tail_lines(out, ERROR_LINES))
+    end
+  end
   os.execute("rm -rf " .. shell_quote(tmp))
-  return failures, ran, skipped
+  return failures, #runnable, skipped
+end
+
+--- doc_files() -> README.md, then every Markdown file under docs/, sorted by path
+local function doc_files()
+  local files = {README}
+  local p = io.popen("find " .. shell_quote(DOCS) .. " -name '*.md' -type f 2>/dev/null")
+  local found = {}
+  for f in p:lines() do found[#found + 1] = f end
+  p:close()
+  table.sort(found)
+  for _, f in ipairs(found) do files[#files + 1] = f end
+  return files
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -180,17 +211,40 @@ function T.test_blocks_run_in_fresh_processes()
   lu.assertEquals(failures, {})
 end
 
--- ---------------------------------------------------------------------------------------
--- the README
+function T.test_blocks_of_one_file_run_concurrently_and_report_in_order()
+  local md = {}
+  for i = 1, 5 do
+    md[#md + 1] = string.format("```lua\nassert(%d %% 2 == 1, 'block %d')\n```\n", i, i)
+  end
+  local failures, ran = check_blocks(extract_blocks(table.concat(md)), "fake.md")
+  lu.assertEquals(ran, 5)
+  lu.assertEquals(#failures, 2)
+  lu.assertStrContains(failures[1], "fake.md:5:")
+  lu.assertStrContains(failures[2], "fake.md:11:")
+end
 
-function T.test_every_lua_example_in_the_readme_runs()
-  local blocks = extract_blocks(read_file(README))
-  local failures, ran, skipped = check_blocks(blocks, README)
+-- ---------------------------------------------------------------------------------------
+-- the README and docs/
+
+function T.test_doc_files_are_the_readme_then_docs_in_sorted_order()
+  local files = doc_files()
+  lu.assertEquals(files[1], README)
+  lu.assertTrue(#files > 1, "no Markdown files found under " .. DOCS .. "/")
+  for i = 3, #files do lu.assertTrue(files[i - 1] < files[i]) end
+end
+
+function T.test_every_lua_example_in_the_readme_and_docs_runs()
+  local failures, ran, skipped = {}, 0, 0
+  for _, file in ipairs(doc_files()) do
+    local f, r, s = check_blocks(extract_blocks(read_file(file)), file)
+    for _, msg in ipairs(f) do failures[#failures + 1] = msg end
+    ran, skipped = ran + r, skipped + s
+  end
   if #failures > 0 then
-    lu.fail(string.format("%d of %d README examples failed:\n  %s", #failures, ran + skipped,
+    lu.fail(string.format("%d of %d examples failed:\n  %s", #failures, ran + skipped,
                           table.concat(failures, "\n  ")))
   end
-  lu.assertTrue(ran >= MIN_RUN_BLOCKS, string.format("only %d README examples ran", ran))
+  lu.assertTrue(ran >= MIN_RUN_BLOCKS, string.format("only %d examples ran", ran))
   lu.assertTrue(skipped <= ran // 4, string.format("%d of %d examples are skipped: keep them "
                                                    .. "rare", skipped, ran + skipped))
 end
