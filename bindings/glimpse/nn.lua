@@ -987,6 +987,9 @@ for _, name in ipairs(SIBLINGS) do
   end
 end
 
+-- the Transformer layers (glimpse/nn/transformer.lua), built on this file's Module
+for k, v in pairs(require("glimpse.nn.transformer").classes(M)) do M[k] = v end
+
 if #pending > 0 then
   setmetatable(M, {__index = function(t, k)
     for i = #pending, 1, -1 do
