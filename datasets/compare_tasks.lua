@@ -4,12 +4,13 @@
 --
 --   reversal  "48213"                          -> "31284"        anti-diagonal alignment
 --   sorting   "qdbkd"                          -> "bddkq"        a permutation (stable)
---   dates     "kq7 w 3 mar 1998 x5z"           -> "1998-03-03"   monotonic, many gaps, noise
+--   dates     "kq7 w 3 mar 1998 x5z"           -> "1998-03-03"   monotonic, gaps, in noise
 --   lookup    "a3k7c1|ck"  (keys, values, |, queries) -> "17"    non-monotonic, many-to-one
 --
 --   local compare = require "datasets.compare_tasks"        -- also glimpse.data.compare
 --   local task = compare.task("lookup")                      -- or compare.lookup{...}
 --   local train = task:train_set(10000, 1)                   -- source lengths 5..20
+--                                                            -- (dates: 10..20)
 --   local tests = task:test_sets({10, 20, 30, 40, 50}, 500, 1)   -- tests[30]: length 30
 --   local b = train:collate({1, 2, 3})
 --   -- b.src, b.src_mask, b.tgt_in, b.tgt_out, b.tgt_mask ... as datasets/seq2seq_tasks.lua,
@@ -288,15 +289,16 @@ local function gen_dates(rng, L, o)
   return src, seq2seq.iso_date(y, m, d), align
 end
 
---- compare.dates{min_len=12, max_len=24, formats=M.DATE_FORMATS, min_year=1950,
+--- compare.dates{min_len=10, max_len=20, formats=M.DATE_FORMATS, min_year=1950,
 --- max_year=2049} -> task; sources are a date (seq2seq_tasks' surface forms) inside noise,
---- exactly L characters long (L >= 10); targets "YYYY-MM-DD".  Training lengths start at 12
---- rather than 5 because the shortest date has 10 characters.
+--- exactly L characters long (L >= 10); targets "YYYY-MM-DD".  Training lengths start at 10
+--- rather than 5 because the shortest date has 10 characters; short lengths hold only the
+--- short forms ("3 mar 1998"), every form fits from 19 on.
 function M.dates(opts)
   opts = opts or {}
   local o = {formats = opts.formats or M.DATE_FORMATS, min_year = opts.min_year or 1950,
-             max_year = opts.max_year or 2049, min_len = opts.min_len or 12,
-             max_len = opts.max_len or 24, min_len_allowed = M.DATE_MIN_LEN,
+             max_year = opts.max_year or 2049, min_len = opts.min_len or 10,
+             max_len = opts.max_len or 20, min_len_allowed = M.DATE_MIN_LEN,
              max_len_allowed = math.maxinteger}
   if type(o.formats) ~= "table" or #o.formats == 0 then
     error("compare.dates: formats must be a non-empty list of names", 2)

@@ -32,7 +32,7 @@ local function as_mask(m, what, fn)
   if m == nil or is_tensor(m) then return m end
   if type(m) == "table" then return glimpse.tensor(m) end
   error(string.format("%s: %s must be a tensor or a nested table of 0/1, got %s", fn, what,
-                      type(m)), 4)
+                      type(m)), 3)
 end
 
 -- (Tq,Tk) lower triangle of ones: query i sees keys j <= i
