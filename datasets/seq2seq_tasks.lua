@@ -94,6 +94,11 @@ local function make_dataset(task, src, tgt, src_vocab, tgt_vocab, extra)
   return ds
 end
 
+--- tasks.dataset(task, src, tgt, src_vocab, tgt_vocab, extra) -> a dataset of this class from
+--- lists of source and target strings (or token lists) and the two vocabularies; extra's
+--- fields are copied in (other task families, e.g. datasets/compare_tasks.lua, build on it).
+M.dataset = make_dataset
+
 --- ds:size() -> number of examples.
 function Seq2Seq:size() return self.n end
 

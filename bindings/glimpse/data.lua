@@ -1,8 +1,9 @@
 --- glimpse.data -- datasets and data files.
 --
 -- File readers (engine/io_gz.c): gzip through zlib, IDX arrays.  Datasets (datasets/*.lua),
--- loaded on first use: fashion_mnist, seq2seq, points, copy_task, captions, scenes, shapes,
--- batches; plus the helpers they share: Vocab (datasets/vocab.lua), Rng (datasets/rng.lua).
+-- loaded on first use: fashion_mnist, seq2seq, compare (tasks with true alignments), points,
+-- copy_task, captions, scenes, shapes, batches; plus the helpers they share: Vocab
+-- (datasets/vocab.lua), Rng (datasets/rng.lua).
 -- Every generator takes a seed and draws from its own generator, never from the global one
 -- that glimpse.manual_seed sets.
 --
@@ -26,6 +27,7 @@ end
 local modules = {
   fashion_mnist = "datasets.fashion_mnist",
   seq2seq = "datasets.seq2seq_tasks",
+  compare = "datasets.compare_tasks",
   points = "datasets.points",
   copy_task = "datasets.copy_task",
   captions = "datasets.captions",

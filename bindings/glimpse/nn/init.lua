@@ -11,6 +11,7 @@
 --   rnn.lua         nn.RNNCell, nn.LSTMCell, nn.GRUCell, nn.RNN, nn.LSTM, nn.GRU
 --   attention.lua   nn.Attention         multihead.lua  nn.MultiheadAttention
 --   pointer.lua     nn.Pointer
+--   transformer.lua nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.PositionalEncoding
 --
 -- Each file requires only glimpse.nn.module (and the engine, glimpse.attention or
 -- glimpse.nn_init), so any of them may be required on its own (require "glimpse.nn.rnn")
@@ -32,6 +33,7 @@ local FAMILIES = {
   "glimpse.nn.attention",
   "glimpse.nn.multihead",
   "glimpse.nn.pointer",
+  "glimpse.nn.transformer",
 }
 
 for _, name in ipairs(FAMILIES) do

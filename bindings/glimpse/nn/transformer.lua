@@ -1,0 +1,388 @@
+--- glimpse.nn.transformer -- the Transformer's layers (Vaswani et al. 2017) with PyTorch's
+-- parameter names and outputs: nn.TransformerEncoderLayer, nn.TransformerDecoderLayer and
+-- nn.PositionalEncoding (sinusoidal or learned).  glimpse.nn merges them in.
+--
+--   local enc = nn.TransformerEncoderLayer(32, 4, {dim_feedforward = 64, dropout = 0.1})
+--   local h = enc(x, {key_padding_mask = src_mask})                   -- x (B,S,32)
+--   local dec = nn.TransformerDecoderLayer(32, 4, {dim_feedforward = 64})
+--   local y, w = dec(t, h, {causal = true, memory_key_padding_mask = src_mask,
+--                           need_weights = true})                      -- w (B,T,S)
+--
+-- Masks are glimpse's: 1 = may attend (a real token), 0 = blocked (padding).  PyTorch's
+-- boolean masks mean the opposite (True = blocked): pass `1 - torch_mask`.
+--   key_padding_mask (B,S): which keys are real;  mask (T,S) or (B,T,S): which query may see
+--   which key (PyTorch's attn_mask / src_mask / tgt_mask);  causal = true: query i sees keys
+--   j <= i (PyTorch's generate_square_subsequent_mask).  The three combine (all must allow).
+-- A query row with no visible key gets all-zero weights (PyTorch gives NaN there).
+--
+local glimpse = require "glimpse"
+local att = require "glimpse.attention"
+
+-- the layers these are made of, from their own family files (not glimpse.nn: no cycle)
+local nn = {
+  Module = require("glimpse.nn.module").Module,
+  Linear = require("glimpse.nn.linear").Linear,
+  LayerNorm = require("glimpse.nn.norm").LayerNorm,
+  Dropout = require("glimpse.nn.dropout").Dropout,
+  MultiheadAttention = require("glimpse.nn.multihead").MultiheadAttention,
+}
+
+local M = {}
+
+local is_tensor = glimpse.is_tensor
+
+local function shape_str(t)
+  return is_tensor(t) and "[" .. table.concat(t.shape, ",") .. "]" or type(t)
+end
+
+local function as_mask(m, what, fn)
+  if m == nil or is_tensor(m) then return m end
+  if type(m) == "table" then return glimpse.tensor(m) end
+  error(string.format("%s: %s must be a tensor or a nested table of 0/1, got %s", fn, what,
+                      type(m)), 3)
+end
+
+-- (Tq,Tk) lower triangle of ones: query i sees keys j <= i
+local function causal_mask(Tq, Tk)
+  local rows = {}
+  for i = 1, Tq do
+    local r = {}
+    for j = 1, Tk do r[j] = j <= i and 1 or 0 end
+    rows[i] = r
+  end
+  return glimpse.tensor(rows)
+end
+
+-- Multi-head attention through mha's own parameters, with an attention mask (Tq,Tk) or
+-- (B,Tq,Tk) besides the key padding mask and the causal flag; the path
+-- glimpse.attention.multi_head takes when there is no such mask.  Same maths:
+--   P = softmax(Q K^T / sqrt(dh), visible keys only), out = concat_h(P V) W_o^T + b_o.
+local function masked_attention(mha, query, kv, mask, kpm, causal, need_weights, fn)
+  local B, Tq, d = query.shape[1], query.shape[2], query.shape[3]
+  local Tk, h = kv.shape[2], mha.num_heads
+  local dh = d // h
+  local ms, md = mask.shape, mask:dim()
+  if not ((md == 2 and ms[1] == Tq and ms[2] == Tk) or
+          (md == 3 and ms[2] == Tq and ms[3] == Tk and (ms[1] == 1 or ms[1] == B))) then
+    error(string.format("%s: attention mask %s should be (T,S) = [%d,%d] or (B,T,S)", fn,
+                        shape_str(mask), Tq, Tk), 4)
+  end
+  local full = mask:reshape(md == 2 and 1 or ms[1], 1, Tq, Tk)
+  if kpm then full = full * kpm:reshape(B, 1, 1, Tk) end
+  if causal then full = full * causal_mask(Tq, Tk):reshape(1, 1, Tq, Tk) end
+  local W, bias = mha.in_proj_weight, mha.in_proj_bias
+  local function part(i, x, T)            -- rows i*d+1 .. (i+1)*d of the packed projection
+    local y = glimpse.linear(x, W:narrow(1, i * d + 1, d), bias and bias:narrow(1, i * d + 1, d))
+    return y:reshape(B, T, h, dh):permute(1, 3, 2, 4):reshape(B * h, T, dh)
+  end
+  local q, k, v = part(0, query, Tq), part(1, kv, Tk), part(2, kv, Tk)
+  local S = (q:matmul(k:transpose(2, 3)) * (1 / math.sqrt(dh))):reshape(B, h, Tq, Tk)
+  local P = glimpse.softmax(S, 4, full)
+  local Pd = P
+  if mha.dropout > 0 and mha.training then Pd = glimpse.dropout(P, mha.dropout, true) end
+  local ctx = Pd:reshape(B * h, Tq, Tk):matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4)
+  local out = glimpse.linear(ctx:reshape(B, Tq, d), mha.out_proj.weight, mha.out_proj.bias)
+  return out, need_weights and P:mean(2) or nil
+end
+
+-- one attention block: query (B,T,d) over kv (B,S,d) (nil: self-attention)
+local function attend(mha, query, kv, mask, kpm, causal, need_weights, fn)
+  if kpm ~= nil then
+    local S = (kv or query).shape[2]
+    if kpm:dim() ~= 2 or kpm.shape[1] ~= query.shape[1] or kpm.shape[2] ~= S then
+      error(string.format("%s: key padding mask %s should be (B,S) = [%d,%d]", fn,
+                          shape_str(kpm), query.shape[1], S), 4)
+    end
+  end
+  if mask ~= nil then
+    return masked_attention(mha, query, kv or query, mask, kpm, causal, need_weights, fn)
+  end
+  return mha(query, kv, kv, kpm, {causal = causal, need_weights = need_weights})
+end
+
+local ACTIVATIONS = {
+  relu = function(x) return x:relu() end,
+  gelu = function(x) return x:gelu() end,      -- the exact (erf) form, PyTorch's default
+}
+
+local function check_input(x, d, what, fn)
+  if not is_tensor(x) or x:dim() ~= 3 or x.shape[3] ~= d then
+    error(string.format("%s: %s must be (B,T,%d), got %s", fn, what, d, shape_str(x)), 3)
+  end
+end
+
+local function check_opts(opts, fn, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error(fn .. ": options must be a table, got " .. type(opts), 3)
+  end
+  for k in pairs(opts) do
+    if not known[k] then error(fn .. ": unknown option '" .. tostring(k) .. "'", 3) end
+  end
+  return opts
+end
+
+-- the options both layers take, checked; level 4 is the user's line calling the constructor
+local function layer_options(cls, d, heads, opts)
+  if math.type(d) ~= "integer" or d < 1 then
+    error(string.format("%s: d_model must be a positive integer, got %s", cls, tostring(d)), 4)
+  end
+  if math.type(heads) ~= "integer" or heads < 1 or d % heads ~= 0 then
+    error(string.format("%s: nhead must be a positive integer dividing d_model %d, got %s", cls,
+                        d, tostring(heads)), 4)
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then error(cls .. ": options must be a table, got " .. type(opts), 4) end
+  local known = {dim_feedforward = true, dropout = true, activation = true, norm_first = true,
+                 layer_norm_eps = true}
+  for k in pairs(opts) do
+    if not known[k] then error(cls .. ": unknown option '" .. tostring(k) .. "'", 4) end
+  end
+  local o = {dim_feedforward = opts.dim_feedforward or 2048, dropout = opts.dropout or 0.1,
+             activation = opts.activation or "relu", norm_first = opts.norm_first == true,
+             layer_norm_eps = opts.layer_norm_eps or 1e-5}
+  if math.type(o.dim_feedforward) ~= "integer" or o.dim_feedforward < 1 then
+    error(cls .. ": dim_feedforward must be a positive integer, got " ..
+          tostring(o.dim_feedforward), 4)
+  end
+  if type(o.dropout) ~= "number" or o.dropout < 0 or o.dropout >= 1 then
+    error(cls .. ": dropout must be a number in [0,1), got " .. tostring(o.dropout), 4)
+  end
+  if type(o.activation) == "string" then
+    o.activation_fn = ACTIVATIONS[o.activation]
+    if not o.activation_fn then
+      error(cls .. ": activation must be \"relu\", \"gelu\" or a function, got \"" ..
+            o.activation .. "\"", 4)
+    end
+  elseif type(o.activation) == "function" then
+    o.activation_fn, o.activation = o.activation, "custom"
+  else
+    error(cls .. ": activation must be \"relu\", \"gelu\" or a function, got " ..
+          type(o.activation), 4)
+  end
+  return o
+end
+
+-- the feed-forward block's modules, registered in PyTorch's order
+local function feed_forward(self, nn, d, o)
+  self.linear1 = nn.Linear(d, o.dim_feedforward)
+  self.dropout = nn.Dropout(o.dropout)
+  self.linear2 = nn.Linear(o.dim_feedforward, d)
+end
+
+local function setup(self, d, heads, o)
+  self.d_model, self.nhead = d, heads
+  self.dim_feedforward, self.norm_first = o.dim_feedforward, o.norm_first
+  self.layer_norm_eps, self.activation, self.activation_fn = o.layer_norm_eps, o.activation,
+                                                             o.activation_fn
+  self.dropout_p = o.dropout
+end
+
+local function ff_block(self, x, drop)
+  return drop(self.linear2(self.dropout(self.activation_fn(self.linear1(x)))))
+end
+
+local function layer_repr(self)
+  return string.format("d_model=%d, nhead=%d, dim_feedforward=%d, dropout=%g, " ..
+                       "activation=%s, norm_first=%s", self.d_model, self.nhead,
+                       self.dim_feedforward, self.dropout_p, self.activation,
+                       tostring(self.norm_first))
+end
+
+--- nn.PositionalEncoding.sinusoid(L, d) -> (L, d) tensor: row p (1-based) holds the encoding of
+--- position p - 1: sin(pos / 10000^(2i/d)) in column 2i+1, cos(...) in column 2i+2.
+local function sinusoid(L, d)
+  local rows = {}
+  for p = 1, L do
+    local r = {}
+    for c = 0, d - 1 do
+      local i2 = c - c % 2
+      local angle = (p - 1) / 10000 ^ (i2 / d)
+      r[c + 1] = c % 2 == 0 and math.sin(angle) or math.cos(angle)
+    end
+    rows[p] = r
+  end
+  return glimpse.tensor(rows)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the classes
+
+local function build(nn)
+  local Encoder = nn.Module:extend("TransformerEncoderLayer")
+  local Decoder = nn.Module:extend("TransformerDecoderLayer")
+  local PosEnc = nn.Module:extend("PositionalEncoding")
+
+  --- nn.TransformerEncoderLayer(d_model, nhead, {dim_feedforward=2048, dropout=0.1,
+  ---   activation="relu"|"gelu"|function, norm_first=false, layer_norm_eps=1e-5}) -> module
+  --- Parameters as PyTorch's: self_attn.{in_proj_weight,in_proj_bias,out_proj.weight,
+  --- out_proj.bias}, linear1.*, linear2.*, norm1.*, norm2.* (dropout is also applied to the
+  --- attention weights, as in PyTorch).
+  function Encoder:init(d, heads, opts)
+    local o = layer_options("nn.TransformerEncoderLayer", d, heads, opts)
+    setup(self, d, heads, o)
+    self.self_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
+    feed_forward(self, nn, d, o)
+    self.norm1 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
+    self.norm2 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
+    self.dropout1 = nn.Dropout(o.dropout)
+    self.dropout2 = nn.Dropout(o.dropout)
+  end
+
+  local ENC_OPTS = {mask = true, key_padding_mask = true, causal = true, need_weights = true}
+
+  --- enc(src (B,S,d), {mask=(S,S)|(B,S,S), key_padding_mask=(B,S), causal=false,
+  ---   need_weights=false}) -> out (B,S,d), weights (B,S,S) averaged over heads (nil unless
+  ---   need_weights).  Post-norm: x = norm1(x + SA(x)), x = norm2(x + FF(x)); norm_first:
+  ---   x = x + SA(norm1(x)), x = x + FF(norm2(x)).
+  function Encoder:forward(src, opts)
+    local fn = "TransformerEncoderLayer"
+    check_input(src, self.d_model, "src", fn)
+    opts = check_opts(opts, fn, ENC_OPTS)
+    local mask = as_mask(opts.mask, "mask", fn)
+    local kpm = as_mask(opts.key_padding_mask, "key_padding_mask", fn)
+    local causal, need = opts.causal == true, opts.need_weights == true
+    local weights
+    local function sa(x)
+      local y
+      y, weights = attend(self.self_attn, x, nil, mask, kpm, causal, need, fn)
+      return self.dropout1(y)
+    end
+    local x = src
+    if self.norm_first then
+      x = x + sa(self.norm1(x))
+      x = x + ff_block(self, self.norm2(x), self.dropout2)
+    else
+      x = self.norm1(x + sa(x))
+      x = self.norm2(x + ff_block(self, x, self.dropout2))
+    end
+    return x, weights
+  end
+
+  Encoder.extra_repr = layer_repr
+
+  --- nn.TransformerDecoderLayer(d_model, nhead, {same options as the encoder layer})
+  --- Parameters as PyTorch's: self_attn.*, multihead_attn.* (the attention over the
+  --- memory), linear1.*, linear2.*, norm1.*, norm2.*, norm3.*.
+  function Decoder:init(d, heads, opts)
+    local o = layer_options("nn.TransformerDecoderLayer", d, heads, opts)
+    setup(self, d, heads, o)
+    self.self_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
+    self.multihead_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
+    feed_forward(self, nn, d, o)
+    self.norm1 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
+    self.norm2 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
+    self.norm3 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
+    self.dropout1 = nn.Dropout(o.dropout)
+    self.dropout2 = nn.Dropout(o.dropout)
+    self.dropout3 = nn.Dropout(o.dropout)
+  end
+
+  local DEC_OPTS = {tgt_mask = true, memory_mask = true, tgt_key_padding_mask = true,
+                    memory_key_padding_mask = true, causal = true, need_weights = true}
+
+  --- dec(tgt (B,T,d), memory (B,S,d), {tgt_mask=(T,T)|(B,T,T), memory_mask=(T,S)|(B,T,S),
+  ---   tgt_key_padding_mask=(B,T), memory_key_padding_mask=(B,S), causal=false,
+  ---   need_weights=false}) -> out (B,T,d), cross-attention weights (B,T,S) averaged over
+  ---   heads (nil unless need_weights).  causal is PyTorch's tgt_is_causal with the causal
+  ---   tgt_mask: as in PyTorch, nothing is causal unless asked.  Post-norm:
+  ---   x = norm1(x + SA(x)), x = norm2(x + MHA(x, memory)), x = norm3(x + FF(x));
+  ---   norm_first: x = x + SA(norm1(x)), x = x + MHA(norm2(x), memory), x = x + FF(norm3(x)).
+  function Decoder:forward(tgt, memory, opts)
+    local fn = "TransformerDecoderLayer"
+    check_input(tgt, self.d_model, "tgt", fn)
+    check_input(memory, self.d_model, "memory", fn)
+    if memory.shape[1] ~= tgt.shape[1] then
+      error(string.format("%s: memory %s and tgt %s differ in batch size", fn,
+                          shape_str(memory), shape_str(tgt)), 2)
+    end
+    opts = check_opts(opts, fn, DEC_OPTS)
+    local tmask = as_mask(opts.tgt_mask, "tgt_mask", fn)
+    local mmask = as_mask(opts.memory_mask, "memory_mask", fn)
+    local tkpm = as_mask(opts.tgt_key_padding_mask, "tgt_key_padding_mask", fn)
+    local mkpm = as_mask(opts.memory_key_padding_mask, "memory_key_padding_mask", fn)
+    local causal, need = opts.causal == true, opts.need_weights == true
+    local weights
+    local function sa(x)
+      return self.dropout1((attend(self.self_attn, x, nil, tmask, tkpm, causal, false, fn)))
+    end
+    local function ca(x)
+      local y
+      y, weights = attend(self.multihead_attn, x, memory, mmask, mkpm, false, need, fn)
+      return self.dropout2(y)
+    end
+    local x = tgt
+    if self.norm_first then
+      x = x + sa(self.norm1(x))
+      x = x + ca(self.norm2(x))
+      x = x + ff_block(self, self.norm3(x), self.dropout3)
+    else
+      x = self.norm1(x + sa(x))
+      x = self.norm2(x + ca(x))
+      x = self.norm3(x + ff_block(self, x, self.dropout3))
+    end
+    return x, weights
+  end
+
+  Decoder.extra_repr = layer_repr
+
+  --- nn.PositionalEncoding(d, {max_len=1024, learned=false, dropout=0, init_std=0.02})
+  --- Sinusoidal (Vaswani et al. 2017, sec. 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/d)),
+  --- PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), pos = 0 for the first position, in a
+  --- non-persistent buffer `pe` (max_len, d) (not in state_dict: it is made from d).
+  --- learned = true: a parameter `weight` (max_len, d) ~ N(0, init_std^2), in state_dict.
+  function PosEnc:init(d, opts)
+    local cls = "nn.PositionalEncoding"
+    if math.type(d) ~= "integer" or d < 1 then
+      error(cls .. ": d must be a positive integer, got " .. tostring(d), 3)
+    end
+    opts = opts or {}
+    if type(opts) ~= "table" then error(cls .. ": options must be a table", 3) end
+    local L = opts.max_len or 1024
+    if math.type(L) ~= "integer" or L < 1 then
+      error(cls .. ": max_len must be a positive integer, got " .. tostring(L), 3)
+    end
+    self.d_model, self.max_len, self.learned = d, L, opts.learned == true
+    if self.learned then
+      local w = glimpse.randn(L, d) * (opts.init_std or 0.02)
+      self.weight = w:detach():requires_grad()
+    else
+      self:register_buffer("pe", sinusoid(L, d), false)
+    end
+    self.dropout_p = opts.dropout or 0
+    self.dropout = nn.Dropout(self.dropout_p)
+  end
+
+  --- pe(x (B,T,d) [, offset=0]) -> dropout(x + PE[offset+1 .. offset+T]); the offset places
+  --- one decoding step (T = 1) at position offset + 1.
+  function PosEnc:forward(x, offset)
+    local fn = "PositionalEncoding"
+    check_input(x, self.d_model, "x", fn)
+    offset = offset or 0
+    local T = x.shape[2]
+    if math.type(offset) ~= "integer" or offset < 0 or offset + T > self.max_len then
+      error(string.format("%s: positions %s..%s outside 1..max_len=%d (x %s)", fn,
+                          tostring(offset + 1), tostring(offset + T), self.max_len,
+                          shape_str(x)), 2)
+    end
+    local pos = self.learned and self.weight or self.pe
+    return self.dropout(x + pos:narrow(1, offset + 1, T))
+  end
+
+  function PosEnc:extra_repr()
+    return string.format("d=%d, max_len=%d, learned=%s, dropout=%g", self.d_model,
+                         self.max_len, tostring(self.learned), self.dropout_p)
+  end
+
+  return {TransformerEncoderLayer = Encoder, TransformerDecoderLayer = Decoder,
+          PositionalEncoding = PosEnc}
+end
+
+
+local classes = build(nn)
+M.TransformerEncoderLayer = classes.TransformerEncoderLayer
+M.TransformerDecoderLayer = classes.TransformerDecoderLayer
+M.PositionalEncoding = classes.PositionalEncoding
+M.PositionalEncoding.sinusoid = sinusoid
+
+return M
