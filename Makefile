@@ -86,6 +86,8 @@ install: all
 	install -m 644 $(BUILD)/glimpse.so $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER)/glimpse.so
 	cp -r bindings/glimpse/. $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/
 	if [ -d datasets ]; then cp -r datasets $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/; fi
+	if ls models/*.safetensors > /dev/null 2>&1; then install -d $(DESTDIR)$(PREFIX)/share/glimpse/models && \
+	  cp models/*.safetensors $(DESTDIR)$(PREFIX)/share/glimpse/models/; fi
 
 check-warnings:
 	$(MAKE) -B BUILD=build-warn CFLAGS="-O2 -Werror" all

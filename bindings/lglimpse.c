@@ -707,6 +707,7 @@ static const char *const lazy[][2] = {
     {"progress", "glimpse.progress"}, {"util", "glimpse.util"},
     {"draw", "glimpse.draw"},     {"planar", "glimpse.planar"},
     {"metrics", "glimpse.metrics"}, {"captioner", "glimpse.captioner"},
+    {"repl", "glimpse.repl"},
     {NULL, NULL}};
 
 static const char *const lazy_fns[][2] = {
