@@ -210,6 +210,11 @@ function Captioner:init(o)
     image = o.image,
     trained_on = o.trained_on,
   }
+  local seen = c.trained_on
+  if seen ~= nil and (type(seen) ~= "table" or #seen ~= 3 or math.type(seen[1]) ~= "integer" or
+                      math.type(seen[2]) ~= "integer" or math.type(seen[3]) ~= "integer") then
+    fail(3, "Captioner: option 'trained_on' must be {C, H, W} (integers), got %s", tostring(seen))
+  end
   if c.image ~= nil and type(c.image) ~= "table" then
     fail(3, "Captioner: option 'image' must be a table {channels=, height=, width=, mean=, std=}")
   end

@@ -6,9 +6,9 @@
 --      installed).  A comment block starts at a `---` line; its first line names what it
 --      documents ("nn.LSTM(din, hidden, ...)", "cap:caption(image, opts)"), and the
 --      `function X:y` line under it names it too.
---   2. the manual, docs/api/*.md, when a docs/ folder sits next to the library's tree: a
---      section whose heading names the function, or a paragraph whose first line starts
---      with it.
+--   2. the manual, docs/api/*.md, when there is one (the source tree's, or the copy
+--      `make install` puts in $(PREFIX)/share/glimpse/docs): a section whose heading names
+--      the function, or a paragraph whose first line starts with it.
 -- A name is looked up with and without its "glimpse." prefix; ':' and '.' are the same.
 local M = {}
 
@@ -125,18 +125,21 @@ local function parse_md(path, rel)
         if (h and #h <= #hashes) or #out >= MAX_SECTION_LINES then break end
         out[#out + 1] = lines[j]
       end
-      sections[#sections + 1] = {heading = title:gsub("`", ""), text = table.concat(out, "\n"),
-                                 file = rel, line = i}
+      sections[#sections + 1] = {heading = title:gsub("`", ""),
+                                 text = (table.concat(out, "\n"):gsub("%s+$", "")),
+                                 file = rel, line = i, last = i + #out - 1}
     elseif (i == 1 or lines[i - 1]:match("^%s*$")) and l:match("^[%-%*]?%s*`?[%a_]") then
       local out = {}
       for j = i, math.min(#lines, i + MAX_SECTION_LINES - 1) do
         if lines[j]:match("^%s*$") then break end
         out[#out + 1] = lines[j]
       end
-      local lead = l:gsub("^[%-%*]?%s*`?", ""):match("^([%a_][%w_%.:]*)")
+      -- a signature: the name followed by "(", "{", a closing backquote or " --"
+      local lead = l:gsub("^[%-%*]?%s*`?", ""):match("^([%a_][%w_%.:]*)[%({`]") or
+                   l:gsub("^[%-%*]?%s*`?", ""):match("^([%a_][%w_%.:]*) %-%-")
       if lead then
         sections[#sections + 1] = {lead = normalise(lead), text = table.concat(out, "\n"),
-                                   file = rel, line = i}
+                                   file = rel, line = i, last = i + #out - 1}
       end
     end
   end
@@ -148,16 +151,18 @@ end
 
 local index
 
--- the docs/api folder: next to the library's tree (bindings/glimpse -> docs/api)
+-- the docs/api folder: the source tree's (bindings/glimpse -> docs/api) or the installed
+-- copy ($(PREFIX)/share/lua/5.4/glimpse -> $(PREFIX)/share/glimpse/docs/api)
 local function docs_dir(lib)
-  local d = lib
-  for _ = 1, 4 do
-    d = d:match("^(.*)/[^/]*$")
-    if not d then return nil end
-    local p = io.open(d .. "/docs/api", "r")
-    if p then
-      p:close()
-      return d .. "/docs/api"
+  local root = lib:match("^(.*)/bindings/glimpse$") or lib:match("^(.*)/bindings/glimpse/")
+  local prefix = lib:match("^(.*)/share/lua/[%d%.]+/glimpse")
+  local candidates = {root and root .. "/docs/api", prefix and prefix .. "/share/glimpse/docs/api"}
+  for i = 1, 2 do
+    local d = candidates[i]
+    local f = d and io.open(d, "r")
+    if f then
+      f:close()
+      return d
     end
   end
   return nil
@@ -236,10 +241,16 @@ function M.lookup(name)
       if n == q then add(n, "bindings/glimpse/" .. b.file, b.line, b.text) break end
     end
   end
+  local shown = {}   -- manual sections printed: a paragraph inside one is not repeated
   for _, s in ipairs(idx.sections) do
-    if (s.heading and (names_it(s.heading, q) or names_it(s.heading, "glimpse." .. q))) or
-       s.lead == q then
+    local inside = false
+    for _, r in ipairs(shown) do
+      inside = inside or (r.file == s.file and s.line > r.line and s.line <= r.last)
+    end
+    if not inside and ((s.heading and (names_it(s.heading, q) or
+                                       names_it(s.heading, "glimpse." .. q))) or s.lead == q) then
       add(q, s.file, s.line, s.text)
+      shown[#shown + 1] = s
     end
   end
   -- 4: nothing exact: the same last name anywhere ("LSTM" finds nn.LSTM)
@@ -305,6 +316,10 @@ function M.doc(name)
   local hits, suggestions = M.lookup(name)
   if #hits == 0 then
     local msg = "no documentation for " .. tostring(name)
+    local v = type(name) == "string" and normalise(name) ~= "" and resolve(normalise(name))
+    if type(v) == "function" and debug.getinfo(v, "S").what == "C" then
+      msg = msg .. " (a function of the C core: the manual, docs/api/, documents those)"
+    end
     if #suggestions > 0 then msg = msg .. "; did you mean: " .. table.concat(suggestions, ", ") end
     return msg
   end
