@@ -89,6 +89,10 @@ install: all
 	# files of older layouts that would shadow the nn/ and models/ packages
 	cd $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua models.lua
 	if [ -d datasets ]; then cp -r datasets $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/; fi
+	if ls models/*.safetensors > /dev/null 2>&1; then install -d $(DESTDIR)$(PREFIX)/share/glimpse/models && \
+	  cp models/*.safetensors $(DESTDIR)$(PREFIX)/share/glimpse/models/; fi
+	if [ -d docs ]; then install -d $(DESTDIR)$(PREFIX)/share/glimpse && \
+	  cp -r docs $(DESTDIR)$(PREFIX)/share/glimpse/; fi
 
 check-warnings:
 	$(MAKE) -B BUILD=build-warn CFLAGS="-O2 -Werror" all

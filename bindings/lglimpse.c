@@ -708,7 +708,7 @@ static const char *const lazy[][2] = {
     {"draw", "glimpse.draw"},     {"planar", "glimpse.planar"},
     {"metrics", "glimpse.metrics"}, {"captioner", "glimpse.captioner"},
     {"train", "glimpse.train"},   {"experiment", "glimpse.experiment"},
-    {"report", "glimpse.report"},
+    {"report", "glimpse.report"}, {"repl", "glimpse.repl"},
     {NULL, NULL}};
 
 static const char *const lazy_fns[][2] = {

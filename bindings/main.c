@@ -7,6 +7,11 @@
  *   glimpse                      REPL (or, when stdin is not a terminal, run stdin as a script)
  *   glimpse script.lua a b       run a script: arg[0] = script, arg[1..] = a b, arg[-1] = exe
  *   glimpse -e 'code' -i -l mod -v -h -   (see usage() below)
+ *   glimpse caption IMAGE... [--model NAME|PATH] [--beam K] [--overlay DIR]
+ *                                captions images (bindings/glimpse/caption_cli.lua)
+ *
+ * The REPL prints results through glimpse.repl.show (tables by their contents, see
+ * bindings/glimpse/repl.lua) and answers a line "?name" with glimpse.repl.help("name").
  *
  * The REPL reads with GNU readline through its callback interface, so that Ctrl-C at the
  * prompt drops the line being typed instead of ending the session (the way Python does it).
@@ -49,6 +54,7 @@ static const char *hist_path;       /* NULL: no history file */
 static void usage(FILE *f) {
   fprintf(f,
           "usage: %s [options] [script [args]]\n"
+          "       %s caption IMAGE... [--model NAME|PATH] [--beam K] [--overlay DIR]\n"
           "Available options are:\n"
           "  -e stat   execute string 'stat'\n"
           "  -i        enter interactive mode after executing 'script'\n"
@@ -58,9 +64,13 @@ static void usage(FILE *f) {
           "  --        stop handling options\n"
           "  -         stop handling options and execute stdin\n"
           "With no script and a terminal on stdin, start the REPL; otherwise run stdin.\n"
+          "In the REPL, ?name prints the documentation of name (?nn.LSTM).\n"
+          "'caption' prints one caption per image (image path, tab, caption) with a\n"
+          "trained captioner (default: the shipped model scenes-soft); 'caption --help'\n"
+          "says more.\n"
           "The global 'glimpse' is preloaded.  REPL history: $GLIMPSE_HISTORY or "
           "~/.glimpse_history.\n",
-          progname);
+          progname, progname);
 }
 
 static void message(const char *pname, const char *msg) {
@@ -669,6 +679,30 @@ static int multiline(lua_State *L) {
   }
 }
 
+/* "?name": glimpse.repl.help(name), run like a statement */
+static int help_call(lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "glimpse.repl");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "help");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+/* The line on top starts with '?' (after blanks): replace it by a call of help_call. */
+static int helpline(lua_State *L) {
+  const char *line = lua_tostring(L, -1);
+  const char *p = line;
+  while (isspace((unsigned char)*p)) p++;
+  if (*p != '?') return 0;
+  save_line(line);
+  lua_pushstring(L, p + 1);
+  lua_pushcclosure(L, help_call, 1);
+  lua_remove(L, -2);
+  return 1;
+}
+
 /* Read and compile one statement.  LUA_OK: the function on the stack; another status: the
  * error message; -1: nothing (interrupted); -2: end of input. */
 static int loadline(lua_State *L) {
@@ -676,17 +710,33 @@ static int loadline(lua_State *L) {
   int r = pushline(L, 1);
   if (r == 0) return -2;
   if (r < 0) return -1;
+  if (helpline(L)) return LUA_OK;
   int status = addreturn(L);
   if (status != LUA_OK) status = multiline(L);
   return status;
 }
 
-/* Print the values on the stack with the global print (tensors print via __tostring). */
+/* Push the function that prints results: glimpse.repl.show (tables by their contents), or
+ * the global print when that module cannot be loaded. */
+static int push_printer(lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "glimpse.repl");
+  if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+    lua_getfield(L, -1, "show");
+    lua_remove(L, -2);
+    if (lua_isfunction(L, -1)) return 1;
+  }
+  lua_pop(L, 1);
+  lua_getglobal(L, "print");
+  return 1;
+}
+
+/* Print the values on the stack with glimpse.repl.show (tensors print via __tostring). */
 static void print_results(lua_State *L) {
   int n = lua_gettop(L);
   if (n == 0) return;
   luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-  lua_getglobal(L, "print");
+  push_printer(L);
   lua_insert(L, 1);
   if (lua_pcall(L, n, 0, 0) != LUA_OK)
     message(progname, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
@@ -847,11 +897,36 @@ static int open_glimpse(lua_State *L) {
   return report(L, status);
 }
 
+/* glimpse caption ...: require("glimpse.caption_cli").main({...}) -> the exit status */
+static int caption_mode(lua_State *L, int argc, char **argv) {
+  luaL_openlibs(L);
+  setup_paths(L);
+  createargtable(L, argv, argc, 1);
+  if (open_glimpse(L) != LUA_OK) return EXIT_FAILURE;
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "glimpse.caption_cli");
+  int status = docall(L, 1, 1);
+  if (status != LUA_OK) { report(L, status); return EXIT_FAILURE; }
+  lua_getfield(L, -1, "main");
+  lua_createtable(L, argc - 2, 0);
+  for (int i = 2; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - 1);
+  }
+  status = docall(L, 1, 1);
+  if (status != LUA_OK) { report(L, status); return EXIT_FAILURE; }
+  return lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
+}
+
 static int pmain(lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);
   int script = argc;
   if (argv[0] && argv[0][0]) progname = argv[0];
+  if (argc >= 2 && !strcmp(argv[1], "caption")) {
+    lua_pushinteger(L, caption_mode(L, argc, argv));   /* an exit status, not a boolean */
+    return 1;
+  }
   int args = collectargs(argv, &script);
   if (args == HAS_ERROR) {
     const char *a = argv[script];
@@ -899,7 +974,9 @@ int main(int argc, char **argv) {
   lua_pushlightuserdata(L, argv);
   int status = lua_pcall(L, 2, 1, 0);
   int ok = lua_toboolean(L, -1);
+  int code = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;   /* caption mode */
   report(L, status);
   lua_close(L);
+  if (status == LUA_OK && code >= 0) return code;
   return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -205,7 +205,13 @@ function Captioner:init(o)
     max_len = positive_int(o, "max_len", DEFAULT_MAX_LEN, 4),
     encoder = spec,
     image = o.image,
+    trained_on = o.trained_on,
   }
+  local seen = c.trained_on
+  if seen ~= nil and (type(seen) ~= "table" or #seen ~= 3 or math.type(seen[1]) ~= "integer" or
+                      math.type(seen[2]) ~= "integer" or math.type(seen[3]) ~= "integer") then
+    fail(3, "Captioner: option 'trained_on' must be {C, H, W} (integers), got %s", tostring(seen))
+  end
   if c.image ~= nil and type(c.image) ~= "table" then
     fail(3, "Captioner: option 'image' must be a table {channels=, height=, width=, mean=, std=}")
   end
@@ -409,15 +415,18 @@ function Captioner:penalty(alphas, mask)
 end
 
 --- cap:loss(images (B,C,H,W) or annotations (B,L,D), captions_in (B,T), captions_out (B,T),
----          mask (B,T) or nil) -> loss (scalar tensor), info
+---          mask (B,T) or nil, {resize=false}) -> loss (scalar tensor), info
+-- Images must have the channels and size of those the model was first trained on
+-- (cap:input_shape()); opts.resize=true converts them instead (cap:check_input).
 -- The training objective per real token (see the file's header).  mask defaults to
 -- captions_out ~= <pad>.  info: nll (mean token NLL), ds (penalty per caption, lambda
 -- included), reinforce (hard mode: the surrogate's value, or nil when the batch used the
 -- expected context), reward (hard: the batch's mean log p(y|s,a) per word, what the
 -- baseline tracks), baseline_used (the b this batch was compared with), baseline (after the update),
 -- tokens, alphas (B,T,L) and betas (B,T) (detached).
-function Captioner:loss(x, captions_in, captions_out, mask)
+function Captioner:loss(x, captions_in, captions_out, mask, opts)
   local fname = "Captioner:loss"
+  if glimpse.is_tensor(x) and x:dim() == 4 then x = self:_check_input(x, opts, fname, 2) end
   captions_in = as_ids(captions_in, "captions_in", fname, 2)
   captions_out = as_ids(captions_out, "captions_out", fname, 2)
   if captions_in.shape[1] ~= captions_out.shape[1] or captions_in.shape[2] ~= captions_out.shape[2] then
@@ -475,11 +484,68 @@ function Captioner:loss(x, captions_in, captions_out, mask)
     loss = loss + surrogate * (B / ntok)
   end
   info.baseline = self.baseline.value
+  if x:dim() == 4 and not self.config.trained_on then            -- what caption will expect
+    self.config.trained_on = {x.shape[2], x.shape[3], x.shape[4]}
+  end
   return loss, info
 end
 
 -- ---------------------------------------------------------------------------------------
 -- captioning
+
+--- cap:input_shape() -> C, H, W: the images the model takes.  C: config.image.channels or
+-- the encoder's; H, W: config.image's size, else the size of the images of the first
+-- cap:loss (kept in config.trained_on and in the checkpoint); nil while unknown.
+function Captioner:input_shape()
+  local spec, seen = self.config.image or {}, self.config.trained_on or {}
+  return spec.channels or self.encoder.in_channels or seen[1], spec.height or seen[2],
+         spec.width or seen[3]
+end
+
+--- cap:check_input(images (C,H,W), (H,W) or (B,C,H,W), {resize=false}) -> images
+-- The images unchanged when their channels and size are cap:input_shape()'s; with
+-- resize=true converted to them (grey <-> RGB, RGBA -> RGB, bilinear resize); else an error
+-- naming both shapes.  A model with config.image size resizes by itself (cap:prepare).
+function Captioner:check_input(x, opts)
+  return self:_check_input(x, opts, "Captioner:check_input", 2)
+end
+
+function Captioner:_check_input(x, opts, fname, level)
+  opts = opts or {}
+  if type(opts) ~= "table" then fail(level + 1, "%s: opts must be a table, got %s", fname, type(opts)) end
+  if not glimpse.is_tensor(x) or x:dim() < 2 or x:dim() > 4 then
+    fail(level + 1, "%s: images must be (C,H,W), (H,W) or (B,C,H,W) tensors, got %s", fname,
+         shape_str(x))
+  end
+  local C, H, W = self:input_shape()
+  local spec = self.config.image or {}
+  if spec.height then H, W = nil, nil end   -- prepare resizes to the configured size
+  local batched = x:dim() == 4
+  local im = x:dim() == 2 and x:unsqueeze(1) or x
+  local d = batched and 1 or 0
+  local c, h, w = im.shape[d + 1], im.shape[d + 2], im.shape[d + 3]
+  if c == C and (not H or (h == H and w == W)) then return x end
+  local want = string.format("%sx%s", C, H and (H .. "x" .. W) or "HxW")
+  if not opts.resize then
+    fail(level + 1, "%s: the image is %s (%dx%dx%d), the model takes %s (channels x height " ..
+         "x width); pass resize = true to convert", fname, shape_str(x), c, h, w, want)
+  end
+  local function convert(one)
+    if c ~= C then
+      if C == 1 and c >= 3 then one = glimpse.image.to_grey(one:narrow(1, 1, 3))
+      elseif C == 3 and c == 1 then one = glimpse.cat({one, one, one}, 1)
+      elseif C == 3 and c == 4 then one = one:narrow(1, 1, 3)
+      else fail(level + 2, "%s: cannot convert a %d-channel image to %d channels", fname, c, C) end
+      if one:dim() == 2 then one = one:unsqueeze(1) end
+    end
+    if H and (h ~= H or w ~= W) then one = glimpse.image.resize(one, H, W) end
+    return one
+  end
+  if not batched then return convert(im) end
+  local list = {}
+  for b = 1, im.shape[1] do list[b] = convert(im[b]) end
+  return glimpse.stack(list, 1)
+end
 
 --- cap:prepare(image) -> (C,H,W) ready for the encoder.  image: a file name (read with
 -- glimpse.image.load) or a (C,H,W) / (H,W) tensor in [0,1]; converted to the configured
@@ -545,7 +611,9 @@ function Captioner:_decode_step(fixed)
 end
 
 --- cap:caption(image or images, {beam=3, max_len=config.max_len, length_penalty=0,
----             sample=false, temperature=1}) -> words, tokens, alphas
+---             sample=false, temperature=1, resize=false}) -> words, tokens, alphas
+-- Images whose channels or size differ from cap:input_shape() are an error naming both
+-- shapes; resize=true converts them (cap:check_input).
 -- One image (a file name, (C,H,W) or (1,C,H,W)): words (the caption string), tokens (its
 -- ids, <end> excluded), alphas (T,L) (row t: where word t looked; the <end> step left out).
 -- A batch (B,C,H,W) or a list of images: lists of those, one per image (a batch of one
@@ -557,17 +625,23 @@ function Captioner:caption(images, opts)
   if type(opts) ~= "table" then fail(2, "Captioner:caption: opts must be a table, got %s", type(opts)) end
   local single = true
   local batch
+  local fname = "Captioner:caption"
+  -- a tensor is checked as given, a file once read (prepare converts a file's channels)
+  local function checked(im)
+    if type(im) == "string" then return self:_check_input(self:prepare(im), opts, fname, 4) end
+    return self:prepare(self:_check_input(im, opts, fname, 4))
+  end
   if type(images) == "table" and not glimpse.is_tensor(images) then
     if #images == 0 then fail(2, "Captioner:caption: an empty list of images") end
     local list = {}
-    for i, im in ipairs(images) do list[i] = self:prepare(im) end
+    for i, im in ipairs(images) do list[i] = checked(im) end
     local ok, st = pcall(glimpse.stack, list, 1)
     if not ok then fail(2, "Captioner:caption: the images differ in size: %s", st) end
     batch, single = st, false
   elseif glimpse.is_tensor(images) and images:dim() == 4 then
-    batch, single = images, images.shape[1] == 1 and opts.list ~= true
+    batch, single = self:_check_input(images, opts, fname, 2), images.shape[1] == 1 and opts.list ~= true
   else
-    batch = self:prepare(images):unsqueeze(1)
+    batch = checked(images):unsqueeze(1)
   end
   local K = opts.beam or 3
   if math.type(K) ~= "integer" or K < 1 then
@@ -756,6 +830,76 @@ function M.load(path)
   return cap
 end
 Captioner.load = M.load
+
+-- ---------------------------------------------------------------------------------------
+-- shipped models, by name
+
+local function dir_of(path)
+  return path:match("^(.*)/[^/]*$")
+end
+
+local function file_exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+--- glimpse.captioner.model_dirs() -> the folders pretrained(name) looks in, in order: those
+-- in $GLIMPSE_MODELS (':'-separated), then models/ beside the library's tree (the source
+-- tree's models/, or $(PREFIX)/share/glimpse/models where `make install` puts them).
+function M.model_dirs()
+  local dirs = {}
+  for d in (os.getenv("GLIMPSE_MODELS") or ""):gmatch("[^:]+") do dirs[#dirs + 1] = d end
+  local src = debug.getinfo(1, "S").source
+  local here = src:sub(1, 1) == "@" and dir_of(src:sub(2)) or ""
+  local root = here:match("^(.*)/bindings/glimpse$") or here:match("^(.*)/bindings/glimpse/")
+  if root then dirs[#dirs + 1] = root .. "/models" end
+  local prefix = here:match("^(.*)/share/lua/[%d%.]+/glimpse")
+  if prefix then dirs[#dirs + 1] = prefix .. "/share/glimpse/models" end
+  return dirs
+end
+
+--- glimpse.captioner.available() -> the sorted names of the models pretrained() can load
+-- (the NAME of every NAME.safetensors in model_dirs()).
+function M.available()
+  local names, seen = {}, {}
+  for _, d in ipairs(M.model_dirs()) do
+    local p = io.popen("ls -1 " .. require("glimpse.util").shell_quote(d) .. " 2>/dev/null")
+    for f in p:lines() do
+      local n = f:match("^(.+)%.safetensors$")
+      if n and not seen[n] then
+        seen[n] = true
+        names[#names + 1] = n
+      end
+    end
+    p:close()
+  end
+  table.sort(names)
+  return names
+end
+
+--- glimpse.captioner.pretrained(name) -> captioner (in evaluation mode): a shipped model by
+-- name ("scenes-soft", "scenes-hard"), read from NAME.safetensors in the first of
+-- model_dirs() that has it.  An unknown name is an error listing the available ones.
+function M.pretrained(name)
+  if type(name) ~= "string" or not name:match("^[%w_%-%.]+$") then
+    fail(2, "captioner.pretrained: name must be a model name such as \"scenes-soft\", got %s",
+         type(name) == "string" and string.format("%q", name) or type(name))
+  end
+  local dirs = M.model_dirs()
+  for _, d in ipairs(dirs) do
+    local path = d .. "/" .. name .. ".safetensors"
+    if file_exists(path) then
+      local ok, cap = pcall(M.load, path)
+      if not ok then fail(2, "captioner.pretrained: %s", tostring(cap):gsub("^[^:]*:%d+: ", "")) end
+      return cap
+    end
+  end
+  local avail = M.available()
+  fail(2, "captioner.pretrained: no model named %q (looked in %s); available: %s", name,
+       #dirs > 0 and table.concat(dirs, ", ") or "no models/ folder found",
+       #avail > 0 and table.concat(avail, ", ") or "none")
+end
 
 --- cap:extra_repr()
 function Captioner:extra_repr()

@@ -1,0 +1,313 @@
+-- tests/test_caption_cli.lua -- `glimpse caption IMAGE... [--model NAME|PATH] [--beam K]
+-- [--overlay DIR] [--resize]` (bindings/glimpse/caption_cli.lua), captioner.pretrained, and
+-- the captioner's input checks (cap:check_input, caption and loss refusing other shapes).
+--
+-- The executable runs as a subprocess (arg[-1], as in test_repl.lua) on PNGs and a tiny
+-- captioner this suite writes to a temporary folder: it need not caption well, the
+-- command's output is compared with what the same model says in this process.
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+local Vocab = glimpse.data.Vocab
+local Captioner = glimpse.captioner.Captioner
+
+local T = {}
+
+local WORDS = {"a", "red", "blue", "circle", "square", "above"}
+local SIZE = 16
+
+local function sh_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. sh_quote(d)))
+  return d
+end
+
+local function rmdir(d)
+  os.execute("rm -rf " .. sh_quote(d))
+end
+
+local function read_file(p)
+  local f = io.open(p, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write_file(p, s)
+  local f = assert(io.open(p, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local EXE = arg and arg[-1]
+
+-- run the executable with args (and an environment prefix); stdout, stderr, exit code
+local function run(args, env)
+  local d = tmpdir()
+  local cmd = {env or "", sh_quote(EXE)}
+  for _, a in ipairs(args) do cmd[#cmd + 1] = sh_quote(a) end
+  local line = string.format("%s < /dev/null > %s 2> %s", table.concat(cmd, " "),
+                             sh_quote(d .. "/out"), sh_quote(d .. "/err"))
+  local ok, how, code = os.execute(line)
+  local out, err = read_file(d .. "/out"), read_file(d .. "/err")
+  rmdir(d)
+  if how == "exit" then return out, err, code end
+  return out, err, ok and 0 or 128 + (code or 0)
+end
+
+-- a tiny grey 16x16 captioner trained for a few steps on one caption
+local function tiny_trained(seed)
+  glimpse.manual_seed(seed or 1)
+  local v = Vocab.new(WORDS)
+  local cap = Captioner{vocab = v, encoder = {in_channels = 1, channels = {4, 6}},
+                        dim_embed = 6, dim_hidden = 8, dim_att = 5, max_len = 5}
+  local ids = v:encode({"a", "red", "circle"})
+  local cin = glimpse.tensor({{Vocab.START, ids[1], ids[2], ids[3]}, {Vocab.START, ids[1], ids[2], ids[3]}})
+  local cout = glimpse.tensor({{ids[1], ids[2], ids[3], Vocab.END}, {ids[1], ids[2], ids[3], Vocab.END}})
+  local opt = glimpse.optim.Adam(cap:parameters(), {lr = 3e-2})
+  for _ = 1, 30 do
+    opt:zero_grad()
+    cap:loss(glimpse.rand(2, 1, SIZE, SIZE), cin, cout):backward()
+    opt:step()
+  end
+  cap:evaluate()
+  return cap
+end
+
+local function setup()
+  local d = tmpdir()
+  local cap = tiny_trained(1)
+  cap:save(d .. "/tiny.safetensors")
+  glimpse.manual_seed(2)
+  glimpse.image.save(d .. "/grey.png", glimpse.rand(1, SIZE, SIZE))
+  glimpse.image.save(d .. "/rgb.png", glimpse.rand(3, SIZE, SIZE))
+  glimpse.image.save(d .. "/big.png", glimpse.rand(3, 2 * SIZE, SIZE + 8))
+  write_file(d .. "/text.png", "this is not a picture\n")
+  return d, cap
+end
+
+local function lines(s)
+  local out = {}
+  for l in s:gmatch("([^\n]*)\n") do out[#out + 1] = l end
+  return out
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the command
+
+function T.test_caption_prints_path_tab_caption_as_the_model_does_in_process()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d, cap = setup()
+  local out, err, code = run({"caption", d .. "/grey.png", d .. "/rgb.png", "--model",
+                              d .. "/tiny.safetensors", "--beam", "2"})
+  local want = {}
+  for i, name in ipairs({"grey.png", "rgb.png"}) do
+    local img = glimpse.image.load(d .. "/" .. name, {channels = 1})
+    want[i] = d .. "/" .. name .. "\t" .. cap:caption(img, {beam = 2})
+  end
+  rmdir(d)
+  lu.assertEquals(code, 0, err)
+  lu.assertEquals(err, "")
+  lu.assertEquals(lines(out), want)
+  -- the tiny model learnt its one caption: the command shows a real caption, not a blank
+  lu.assertStrContains(want[1], "\ta red circle")
+end
+
+function T.test_overlay_writes_one_strip_per_image_with_a_panel_per_word()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d, cap = setup()
+  local ov = d .. "/strips/deeper"
+  local out, err, code = run({"caption", "--overlay", ov, "--model", d .. "/tiny.safetensors",
+                              d .. "/grey.png", d .. "/rgb.png"})
+  lu.assertEquals(code, 0, err)
+  local words = cap:caption(glimpse.image.load(d .. "/grey.png", {channels = 1}))
+  local n = #lines(out)
+  local info = glimpse.image.info(ov .. "/grey.png")
+  local info2 = glimpse.image.info(ov .. "/rgb.png")
+  -- the strip Captioner:overlays draws for the same image and words has the same size
+  local ref = cap:overlays(glimpse.image.load(d .. "/grey.png", {channels = 1}),
+                           select(3, cap:caption(glimpse.image.load(d .. "/grey.png",
+                                                                    {channels = 1}))),
+                           words, d .. "/ref.png")
+  local rinfo = glimpse.image.info(ref)
+  rmdir(d)
+  lu.assertEquals(n, 2)
+  lu.assertEquals({info.width, info.height}, {rinfo.width, rinfo.height})
+  lu.assertTrue(info2.width > info2.height)
+end
+
+function T.test_bad_images_are_named_with_their_problem_and_the_rest_still_captioned()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d = setup()
+  local out, err, code = run({"caption", "--model", d .. "/tiny.safetensors",
+                              d .. "/nosuch.png", d .. "/text.png", d .. "/big.png",
+                              d .. "/grey.png"})
+  rmdir(d)
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(err, d .. "/nosuch.png: no such file")
+  lu.assertStrContains(err, d .. "/text.png: not an image")
+  lu.assertStrContains(err, d .. "/big.png: the image is 32x24 pixels")
+  lu.assertStrContains(err, "the model takes 16x16")
+  lu.assertStrContains(err, "--resize")
+  local got = lines(out)
+  lu.assertEquals(#got, 1)
+  lu.assertStrContains(got[1], d .. "/grey.png\t")
+end
+
+function T.test_resize_converts_an_image_of_another_size()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d, cap = setup()
+  local out, err, code = run({"caption", "--resize", "--model", d .. "/tiny.safetensors",
+                              d .. "/big.png"})
+  local img = glimpse.image.resize(glimpse.image.load(d .. "/big.png", {channels = 1}), SIZE, SIZE)
+  local want = cap:caption(img)
+  rmdir(d)
+  lu.assertEquals(code, 0, err)
+  lu.assertEquals(out, d .. "/big.png\t" .. want .. "\n")
+end
+
+function T.test_bad_command_lines_exit_2_with_the_usage()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  for _, case in ipairs({{{"caption"}, "no images given"},
+                         {{"caption", "a.png", "--beam", "0"}, "--beam must be a positive"},
+                         {{"caption", "a.png", "--beam"}, "--beam needs a value"},
+                         {{"caption", "--frobnicate", "a.png"}, "unknown option --frobnicate"}}) do
+    local out, err, code = run(case[1])
+    lu.assertEquals(code, 2, table.concat(case[1], " "))
+    lu.assertEquals(out, "")
+    lu.assertStrContains(err, case[2])
+    lu.assertStrContains(err, "usage: glimpse caption IMAGE...")
+  end
+  local out, _, code = run({"caption", "--help"})
+  lu.assertEquals(code, 0)
+  lu.assertStrContains(out, "--overlay DIR")
+end
+
+function T.test_model_problems_name_the_model_and_exit_1()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d = setup()
+  local _, err1, code1 = run({"caption", "--model", d .. "/none.safetensors", d .. "/grey.png"})
+  local _, err2, code2 = run({"caption", "--model", d .. "/grey.png", d .. "/grey.png"})
+  local _, err3, code3 = run({"caption", "--model", "no-such-model", d .. "/grey.png"},
+                             "GLIMPSE_MODELS=" .. sh_quote(d))
+  rmdir(d)
+  lu.assertEquals({code1, code2, code3}, {1, 1, 1})
+  lu.assertStrContains(err1, d .. "/none.safetensors: no such file")
+  lu.assertStrContains(err2, "model " .. d .. "/grey.png: ")
+  lu.assertStrContains(err3, 'no model named "no-such-model"')
+  lu.assertStrContains(err3, "available: tiny")     -- tiny.safetensors sits in GLIMPSE_MODELS
+end
+
+function T.test_a_model_by_name_is_found_in_glimpse_models()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d, cap = setup()
+  local out, err, code = run({"caption", "--model", "tiny", d .. "/grey.png"},
+                             "GLIMPSE_MODELS=/nonexistent:" .. sh_quote(d))
+  local want = cap:caption(glimpse.image.load(d .. "/grey.png", {channels = 1}))
+  rmdir(d)
+  lu.assertEquals(code, 0, err)
+  lu.assertEquals(out, d .. "/grey.png\t" .. want .. "\n")
+end
+
+function T.test_help_mentions_the_caption_mode()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out, _, code = run({"--help"})
+  lu.assertEquals(code, 0)
+  lu.assertStrContains(out, "caption IMAGE... [--model NAME|PATH] [--beam K] [--overlay DIR]")
+end
+
+-- ---------------------------------------------------------------------------------------
+-- captioner.pretrained
+
+function T.test_pretrained_rejects_bad_names_and_lists_where_it_looked()
+  local ok, err = pcall(glimpse.captioner.pretrained, "../../etc/passwd")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "name must be a model name")
+  ok, err = pcall(glimpse.captioner.pretrained, "surely-not-a-shipped-model")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, 'no model named "surely-not-a-shipped-model"')
+  lu.assertStrContains(err, "/models")
+  lu.assertStrContains(err, "available: ")
+  -- the source tree's models/ folder is searched
+  local dirs = glimpse.captioner.model_dirs()
+  local root = debug.getinfo(1, "S").source:match("^@(.*)/tests/[^/]*$")
+  if root and root:sub(1, 1) == "/" then
+    lu.assertEquals(dirs[#dirs], root .. "/models")
+  end
+end
+
+-- ---------------------------------------------------------------------------------------
+-- input checks
+
+function T.test_caption_refuses_other_channels_or_sizes_naming_both_shapes()
+  local cap = tiny_trained(3)
+  lu.assertEquals({cap:input_shape()}, {1, SIZE, SIZE})
+  for _, bad in ipairs({glimpse.rand(1, 32, 32), glimpse.rand(3, SIZE, SIZE),
+                        glimpse.rand(2, 1, 8, 8)}) do
+    local ok, err = pcall(cap.caption, cap, bad)
+    lu.assertFalse(ok)
+    lu.assertStrContains(err, "{" .. table.concat(bad.shape, ",") .. "}")
+    lu.assertStrContains(err, "the model takes 1x16x16")
+    lu.assertStrContains(err, "resize = true")
+  end
+  local ok, err = pcall(cap.caption, cap, {glimpse.rand(1, SIZE, SIZE), glimpse.rand(1, 9, 9)})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "{1,9,9}")
+end
+
+function T.test_resize_true_converts_and_gives_the_caption_of_the_converted_image()
+  local cap = tiny_trained(4)
+  glimpse.manual_seed(5)
+  local rgb = glimpse.rand(3, 32, 24)
+  local by_hand = glimpse.image.resize(glimpse.image.to_grey(rgb):reshape(1, 32, 24), SIZE, SIZE)
+  local w1, t1 = cap:caption(rgb, {resize = true, beam = 2})
+  local w2, t2 = cap:caption(by_hand, {beam = 2})
+  lu.assertEquals(w1, w2)
+  lu.assertEquals(t1, t2)
+  local batch = cap:check_input(glimpse.rand(2, 1, 8, 8), {resize = true})
+  lu.assertEquals(batch.shape, {2, 1, SIZE, SIZE})
+  local same = glimpse.rand(1, SIZE, SIZE)
+  lu.assertIs(cap:check_input(same), same)
+end
+
+function T.test_loss_refuses_other_sizes_after_training_unless_resize()
+  local cap = tiny_trained(6)
+  local v = cap.vocab
+  local ids = v:encode({"a", "square"})
+  local cin = glimpse.tensor({{Vocab.START, ids[1], ids[2]}})
+  local cout = glimpse.tensor({{ids[1], ids[2], Vocab.END}})
+  local ok, err = pcall(cap.loss, cap, glimpse.rand(1, 1, 24, 24), cin, cout)
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "Captioner:loss: the image is {1,1,24,24}")
+  lu.assertStrContains(err, "1x16x16")
+  local loss = cap:loss(glimpse.rand(1, 1, 24, 24), cin, cout, nil, {resize = true})
+  lu.assertTrue(loss:item() > 0)
+end
+
+function T.test_the_trained_size_survives_save_and_load()
+  local cap = tiny_trained(7)
+  local path = os.tmpname() .. ".safetensors"
+  cap:save(path)
+  local back = Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals({back:input_shape()}, {1, SIZE, SIZE})
+  lu.assertFalse(pcall(back.caption, back, glimpse.rand(1, 20, 20)))
+end
+
+function T.test_an_untrained_model_checks_channels_only()
+  glimpse.manual_seed(8)
+  local cap = Captioner{vocab = Vocab.new(WORDS), encoder = {in_channels = 1, channels = {4, 6}},
+                        dim_embed = 6, dim_hidden = 8, dim_att = 5, max_len = 3}
+  lu.assertEquals({cap:input_shape()}, {1})
+  lu.assertEquals(type((cap:caption(glimpse.rand(1, 24, 20)))), "string")
+  local ok, err = pcall(cap.caption, cap, glimpse.rand(3, 24, 20))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "the model takes 1xHxW")
+end
+
+return T

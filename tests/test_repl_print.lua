@@ -1,0 +1,246 @@
+-- tests/test_repl_print.lua -- what the REPL prints (bindings/glimpse/repl.lua: pretty, show)
+-- and its `?name` help (bindings/glimpse/repl_help.lua).
+--
+-- pretty and the help lookup are checked in this process; the REPL itself is driven as in
+-- test_repl.lua: `<exe> -i /dev/null` with lines on a pipe (arg[-1] names the executable).
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+local repl = glimpse.repl
+local help = require "glimpse.repl_help"
+
+local T = {}
+
+local function sh_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. sh_quote(d)))
+  return d
+end
+
+local function read_file(p)
+  local f = io.open(p, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write_file(p, s)
+  local f = assert(io.open(p, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local EXE = arg and arg[-1]
+
+-- the REPL fed `input` through a pipe: stdout, stderr (the banner line removed)
+local function repl_run(input)
+  local d = tmpdir()
+  write_file(d .. "/in", input)
+  os.execute(string.format("%s -i /dev/null < %s > %s 2> %s", sh_quote(EXE), sh_quote(d .. "/in"),
+                           sh_quote(d .. "/out"), sh_quote(d .. "/err")))
+  local out, err = read_file(d .. "/out"), read_file(d .. "/err")
+  os.execute("rm -rf " .. sh_quote(d))
+  return (out:gsub("^glimpse[^\n]*\n", "")), err
+end
+
+-- ---------------------------------------------------------------------------------------
+-- pretty
+
+function T.test_a_short_array_of_numbers_is_one_line()
+  lu.assertEquals(repl.pretty({8, 64}), "{8, 64}")
+  lu.assertEquals(repl.pretty(glimpse.zeros(8, 64).shape), "{8, 64}")
+  lu.assertEquals(repl.pretty({}), "{}")
+  lu.assertEquals(repl.pretty({1.5, 2.0, -3}), "{1.5, 2.0, -3}")
+end
+
+function T.test_keys_array_part_first_then_sorted_by_type_then_value()
+  local t = {"x", "y", b = 2, a = 1, [10] = "ten", [2.5] = "f", [true] = "t", ["not name"] = 0,
+             ["end"] = 5}
+  lu.assertEquals(repl.pretty(t, {width = 200}),
+                  '{"x", "y", [2.5] = "f", [10] = "ten", a = 1, b = 2, ["end"] = 5, ' ..
+                  '["not name"] = 0, [true] = "t"}')
+end
+
+function T.test_strings_are_quoted_with_escapes()
+  lu.assertEquals(repl.pretty({'say "hi"\n', "tab\there", "\1"}),
+                  '{"say \\"hi\\"\\n", "tab\\there", "\\1"}')
+end
+
+function T.test_a_wide_table_breaks_into_indented_lines()
+  local t = {name = string.rep("n", 30), inner = {alpha = string.rep("a", 30), beta = {1, 2}}}
+  lu.assertEquals(repl.pretty(t, {width = 60}),
+                  "{\n" ..
+                  "  inner = {\n" ..
+                  '    alpha = "' .. string.rep("a", 30) .. '",\n' ..
+                  "    beta = {1, 2}\n" ..
+                  "  },\n" ..
+                  '  name = "' .. string.rep("n", 30) .. '"\n' ..
+                  "}")
+end
+
+function T.test_depth_limit_counts_what_it_hides()
+  local t = {a = {b = {c = {d = 1}, e = {1, 2, 3}}}}
+  lu.assertEquals(repl.pretty(t, {depth = 2}), "{a = {b = {... 2 entries}}}")
+  lu.assertEquals(repl.pretty(t, {depth = 3}), "{a = {b = {c = {... 1 entry}, e = {... 3 entries}}}}")
+end
+
+function T.test_length_limit_shows_the_first_items_and_counts_the_rest()
+  local t = {}
+  for i = 1, 30 do t[i] = i end
+  lu.assertEquals(repl.pretty(t, {items = 5}), "{1, 2, 3, 4, 5, ... (25 more)}")
+  local big = {}
+  for i = 1, 200 do big[i] = i end
+  lu.assertStrContains(repl.pretty(big), "... (150 more)")
+end
+
+function T.test_cycles_are_marked_and_shared_tables_print_twice()
+  local t = {name = "root"}
+  t.self = t
+  local s = repl.pretty(t)
+  lu.assertStrMatches(s, '{name = "root", self = <cycle: table: 0x%x+>}')
+  local shared = {1}
+  lu.assertEquals(repl.pretty({shared, shared}), "{{1}, {1}}")
+end
+
+function T.test_tensors_show_their_summary_and_modules_their_name_inside_tables()
+  local lin = glimpse.nn.Linear(4, 3)
+  local seq = glimpse.nn.Sequential{glimpse.nn.Linear(2, 2), glimpse.nn.ReLU()}
+  local s = repl.pretty({x = glimpse.zeros(2, 3), w = lin.weight, m = seq, l = lin,
+                         s = glimpse.tensor(1.5)}, {width = 200})
+  lu.assertStrContains(s, "x = [glimpse.Tensor of size 2x3]")
+  lu.assertStrContains(s, "w = [glimpse.Tensor of size 3x4, requires grad]")
+  lu.assertStrContains(s, "s = [glimpse.Tensor of size ()]")
+  lu.assertStrContains(s, "l = Linear(in_features=4, out_features=3, bias=true)")
+  lu.assertStrContains(s, "m = Sequential")
+  lu.assertNotStrContains(s, "ReLU")         -- a module inside a table is one name, not its tree
+  lu.assertNotStrContains(s, "0.")           -- no tensor data
+end
+
+function T.test_objects_with_tostring_print_through_it()
+  local obj = setmetatable({}, {__tostring = function() return "<my object>" end})
+  lu.assertEquals(repl.pretty({obj}), "{<my object>}")
+end
+
+function T.test_bad_options_are_errors_naming_them()
+  local ok, err = pcall(repl.pretty, {}, {depth = 0})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "repl.pretty: opts.depth must be a positive integer, got 0")
+  ok, err = pcall(repl.pretty, {}, 5)
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "repl.pretty: opts must be a table")
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the REPL's auto-print
+
+function T.test_repl_prints_a_shape_as_a_short_list()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out = repl_run("x = glimpse.zeros(8, 64)\nx.shape\n")
+  lu.assertEquals(out, "{8, 64}\n")
+end
+
+function T.test_repl_prints_tables_by_contents_but_print_stays_luas()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out = repl_run("{b = 2, a = {1, 'x'}}\nprint({})\n" ..
+                       "{w = glimpse.zeros(2), n = glimpse.nn.Linear(1, 1), s = 'x'}\n")
+  local want = "{a = {1, \"x\"}, b = 2}\n"
+  lu.assertEquals(out:sub(1, #want), want)
+  lu.assertStrMatches(out:sub(#want + 1), "table: 0x%x+\n.*")
+  -- wider than 80 columns: one entry per line
+  lu.assertStrContains(out, "{\n  n = Linear(in_features=1, out_features=1, bias=true),\n" ..
+                            '  s = "x",\n  w = [glimpse.Tensor of size 2]\n}\n')
+end
+
+function T.test_repl_prints_several_values_with_tabs_and_tensors_in_full()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out = repl_run("return {1, 2}, 'a', nil\nglimpse.ones(2)\nglimpse.nn.Linear(2, 2)\n")
+  lu.assertStrContains(out, "{1, 2}\ta\tnil\n")
+  lu.assertStrContains(out, tostring(glimpse.ones(2)))
+  lu.assertStrContains(out, tostring(glimpse.nn.Linear(2, 2)))
+end
+
+-- ---------------------------------------------------------------------------------------
+-- ?name
+
+function T.test_question_mark_prints_a_class_doc_from_its_comment()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out, err = repl_run("?glimpse.nn.LSTM\n?nn.LSTM\nprint('after')\n")
+  lu.assertEquals(err, "")
+  local _, n = out:gsub("nn%.LSTM%(din, hidden, {layers=1", "")
+  lu.assertTrue(n >= 2, out)      -- once per question (the manual may add its own section)
+  lu.assertStrContains(out, "nn/rnn.lua:")
+  lu.assertStrContains(out, "after\n")
+end
+
+function T.test_question_mark_finds_methods_and_functions()
+  local d = repl.doc("cap:caption")
+  lu.assertStrContains(d, "cap:caption(image or images")
+  lu.assertStrContains(repl.doc("Captioner.caption"), "cap:caption(image or images")
+  lu.assertStrContains(repl.doc("glimpse.captioner.pretrained"), "a shipped model by")
+  lu.assertStrContains(repl.doc("attention.masked_softmax"), "alpha (...,L)")
+  lu.assertStrContains(repl.doc("glimpse.repl.pretty"), "depth=4, width=80")
+  -- a module: its file's header
+  lu.assertStrContains(repl.doc("glimpse.captioner"), "Show, Attend and Tell")
+end
+
+function T.test_unknown_names_say_so_and_suggest_close_ones()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out = repl_run("?LSTMcel\n?zzzqqq\n")
+  lu.assertStrContains(out, "no documentation for LSTMcel; did you mean: nn.LSTMCell")
+  lu.assertStrContains(out, "no documentation for zzzqqq\n")
+  local _, sugg = repl.lookup("masked_softmx")
+  lu.assertEquals(sugg[1], "attention.masked_softmax")
+  lu.assertStrContains(repl.doc(" "), "no documentation")
+  lu.assertError(repl.lookup, 5)
+  -- a C function without a comment (and no manual): said so
+  local empty, saved = tmpdir(), help.docs_dir
+  help.docs_dir = empty
+  help.reset()
+  local zeros = repl.doc("glimpse.zeros")
+  help.docs_dir = saved
+  help.reset()
+  os.execute("rm -rf " .. sh_quote(empty))
+  lu.assertStrContains(zeros, "a function of the C core")
+end
+
+function T.test_the_manual_is_a_second_source()
+  local d = tmpdir()
+  write_file(d .. "/ops.md", table.concat({
+    "# glimpse ops", "", "## glimpse.softmax(x, dim)", "",
+    "The softmax along dim: exp(x) / sum exp(x).", "",
+    "```lua", "local y = glimpse.softmax(x, 2)", "```", "",
+    "glimpse.softmax(x) -- dim defaults to the last.", "", "softmax is also a word.", "",
+    "## glimpse.relu(x)", "", "max(x, 0).", "",
+    "glimpse.gelu(x) -- the Gaussian error linear unit,", "tanh approximation.", ""}, "\n"))
+  local saved = help.docs_dir
+  help.docs_dir = d
+  help.reset()
+  local soft, sec, gelu, cap = repl.doc("softmax"), repl.doc("glimpse.relu"), repl.doc("gelu"),
+                               repl.doc("cap:caption")
+  help.docs_dir = saved
+  help.reset()
+  os.execute("rm -rf " .. sh_quote(d))
+  lu.assertStrContains(soft, "docs/api/ops.md:3")
+  lu.assertStrContains(soft, "The softmax along dim")
+  lu.assertStrContains(soft, "local y = glimpse.softmax(x, 2)")
+  lu.assertNotStrContains(soft, "max(x, 0)")          -- the section ends at the next heading
+  lu.assertStrContains(soft, "dim defaults to the last")
+  local _, hits = soft:gsub("docs/api/ops%.md", "")
+  lu.assertEquals(hits, 1)                            -- its paragraphs are not shown again
+  lu.assertStrContains(sec, "max(x, 0).")
+  lu.assertStrContains(gelu, "tanh approximation.")
+  lu.assertStrContains(cap, "cap:caption(image")       -- the comments are still read
+end
+
+function T.test_question_mark_alone_says_how_to_use_it()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out = repl_run("?\n")
+  lu.assertStrContains(out, "?name prints the documentation")
+end
+
+return T
