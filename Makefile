@@ -15,8 +15,25 @@ LUA_INC  := -I/usr/include/lua$(LUA_VER)
 INC      := -Iengine -Ibindings $(LUA_INC) -I/usr/include/stb
 SAN      ?=
 ALL_CFLAGS = $(WARN) $(CFLAGS) $(SAN) -fPIC $(INC) -DGLIMPSE_ROOT='"$(CURDIR)"' \
-             -DGLIMPSE_LUA_DIR='"$(PREFIX)/share/lua/$(LUA_VER)"'
+             -DGLIMPSE_LUA_DIR='"$(PREFIX)/share/lua/$(LUA_VER)"' \
+             -DGLIMPSE_MPI_PLUGIN='"$(abspath $(BUILD))/libglimpse_mpi.so"' \
+             -DGLIMPSE_MPI_PLUGIN_INSTALLED='"$(PREFIX)/lib/glimpse/libglimpse_mpi.so"'
 LIBS     := -lm -ldl -lz -lpthread
+
+# MPI, for glimpse.dist: found through mpicc (Open MPI's --showme, MPICH's -show), else a
+# Debian mpi.h.  It goes into a plugin, $(BUILD)/libglimpse_mpi.so, that glimpse loads with
+# dlopen only when a run under mpirun/srun calls glimpse.dist (bindings/l_dist.c says why);
+# without MPI the plugin is not built and glimpse.dist is one rank.
+MPICC    := $(shell command -v mpicc 2>/dev/null)
+MPI_H    := $(firstword $(wildcard /usr/include/$(shell $(CC) -print-multiarch 2>/dev/null)/mpi/mpi.h /usr/include/mpi.h))
+ifneq ($(MPICC),)
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info 2>/dev/null | cut -d' ' -f2-)
+MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info 2>/dev/null | cut -d' ' -f2-)
+else ifneq ($(MPI_H),)
+MPI_CFLAGS := -I$(dir $(MPI_H))
+MPI_LIBS   := -lmpi
+endif
+MPI_PLUGIN := $(if $(MPI_LIBS),$(BUILD)/libglimpse_mpi.so)
 
 ENGINE_SRC   := $(sort $(wildcard engine/*.c))
 BINDING_SRC  := $(sort $(filter-out bindings/main.c,$(wildcard bindings/*.c)))
@@ -27,11 +44,12 @@ HEADERS      := $(wildcard engine/*.h bindings/*.h)
 # Debian packages the build, the tests and the demo need (chromium: tests/test_report.lua
 # renders a report headless and checks its layout)
 DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev \
-            dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium
+            dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium \
+            libopenmpi-dev openmpi-bin
 STAMP    := $(BUILD)/.deps-ok
 
 .PHONY: all deps test asan demo install clean bench fixtures check-warnings
-all: $(BUILD)/glimpse $(BUILD)/glimpse.so
+all: $(BUILD)/glimpse $(BUILD)/glimpse.so $(MPI_PLUGIN)
 
 # Install missing packages once per build folder (apt-get needs root; without it we say
 # which packages are missing and stop).
@@ -67,6 +85,11 @@ $(BUILD)/glimpse: $(BUILD)/bindings/main.o $(BINDING_OBJ) $(BUILD)/libglimpse.a
 $(BUILD)/glimpse.so: $(BINDING_OBJ) $(BUILD)/libglimpse.a
 	$(CC) $(CFLAGS) $(SAN) -shared -o $@ $^ $(LIBS)
 
+# the MPI plugin: dist_mpi.c alone, linked with libmpi (nothing of glimpse or Lua in it)
+$(BUILD)/libglimpse_mpi.so: bindings/mpi/dist_mpi.c bindings/mpi/dist_mpi.h | $(STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $(MPI_CFLAGS) -o $@ $< $(MPI_LIBS)
+
 TEST_ARGS ?=
 test: all
 	$(BUILD)/glimpse tests/run.lua $(TEST_ARGS)
@@ -85,6 +108,8 @@ install: all
 	  $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse
 	install -m 755 $(BUILD)/glimpse $(DESTDIR)$(PREFIX)/bin/glimpse
 	install -m 644 $(BUILD)/glimpse.so $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER)/glimpse.so
+	if [ -f $(BUILD)/libglimpse_mpi.so ]; then install -d $(DESTDIR)$(PREFIX)/lib/glimpse && \
+	  install -m 644 $(BUILD)/libglimpse_mpi.so $(DESTDIR)$(PREFIX)/lib/glimpse/; fi
 	cp -r bindings/glimpse/. $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/
 	# files of older layouts that would shadow the nn/ and models/ packages
 	cd $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua models.lua

@@ -709,6 +709,7 @@ static const char *const lazy[][2] = {
     {"metrics", "glimpse.metrics"}, {"captioner", "glimpse.captioner"},
     {"train", "glimpse.train"},   {"experiment", "glimpse.experiment"},
     {"report", "glimpse.report"}, {"repl", "glimpse.repl"},
+    {"dist", "glimpse.dist"},
     {NULL, NULL}};
 
 static const char *const lazy_fns[][2] = {
@@ -795,6 +796,7 @@ int luaopen_glimpse(lua_State *L) {
   lg_open_data(L, mod, mi);
   lg_open_rnn(L, mod, mi);
   lg_open_optim(L, mod, mi);
+  lg_open_dist(L, mod, mi);
 
   lua_pushvalue(L, mi);
   lua_setfield(L, mt, "__methods");          /* for the REPL's completion */
