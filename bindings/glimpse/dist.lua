@@ -63,9 +63,10 @@ function M.backend()
   return state.backend
 end
 
---- dist.is_root() -> true on rank 0, the one that writes files and prints.
+--- dist.is_root() -> true on rank 0, the one that writes files and prints, and in a process
+--- that has not called init() (it has joined no job, so it is its own root).  Never starts MPI.
 function M.is_root()
-  return M.rank() == 0
+  return not started or state.rank == 0
 end
 
 --- dist.barrier(): returns when every rank has called it.

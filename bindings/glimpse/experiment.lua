@@ -17,6 +17,7 @@
 -- values replace the defaults, and flags given on the command line replace both.
 local glimpse = require "glimpse"
 local util = require "glimpse.util"
+local dist = require "glimpse.dist"
 
 local M = {}
 
@@ -41,10 +42,10 @@ local KNOWN_DEFAULTS = {seed = true, threads = true, steps = true, time_limit = 
 
 --- experiment.parser(name, description, defaults) -> an argparse parser with the common
 --- flags: --seed, --threads, --out, --quick, --steps, --time-limit, --config, --eval-every,
---- --log-every.  defaults: {seed=1, threads=1, steps=1000, time_limit=3600, eval_every=250,
---- log_every=50, out="out/<name>", quick={flag = value, ...}} where `quick` holds the
---- values --quick puts in place (unless given on the command line).  Add the script's own
---- options to the parser, then call experiment.parse(parser).
+--- --log-every, --distributed.  defaults: {seed=1, threads=1, steps=1000, time_limit=3600,
+--- eval_every=250, log_every=50, out="out/<name>", quick={flag = value, ...}} where `quick`
+--- holds the values --quick puts in place (unless given on the command line).  Add the
+--- script's own options to the parser, then call experiment.parse(parser).
 function M.parser(name, description, defaults)
   if type(name) ~= "string" or name == "" then
     fail(2, "experiment.parser: name must be a non-empty string, got %s", tostring(name))
@@ -75,6 +76,8 @@ function M.parser(name, description, defaults)
   end
   parser:option("--out", "output folder", defaults.out or ("out/" .. name))
   parser:flag("--quick", "a short run (a demo or a smoke test)")
+  parser:flag("--distributed", "data-parallel training over the ranks of mpirun or srun "
+              .. "(docs/distributed.md)")
   parser:option("--config", "a Lua file returning a table of flag values ({lr = 0.01, ...})")
   rawset(parser, "_glimpse_quick", defaults.quick or {})
   rawset(parser, "_glimpse_name", name)
@@ -256,11 +259,12 @@ function M.start(args, opts)
     else fail(2, "experiment.start: args.seed must be an integer, got %s", tostring(seed)) end
   end
   glimpse.manual_seed(seed)
+  if args.distributed then dist.init() end       -- rank 0 alone prints and writes
   if args.threads and args.threads > 0 then glimpse.set_num_threads(math.tointeger(args.threads)) end
   local dir = args.out or opts.out or ("out/" .. name)
   util.mkdir_p(dir)
   local run = setmetatable({name = name, args = args, config = opts.config or {}, dir = dir,
-                            seed = seed, quiet = opts.quiet or false,
+                            seed = seed, quiet = opts.quiet or not dist.is_root(),
                             started = os.date("!%Y-%m-%dT%H:%M:%SZ"),
                             timer = util.Timer()}, Run)
   run:print(string.format("%s: %s", name, pairs_text(plain(args))))
@@ -320,6 +324,7 @@ function Run:trainer_options(extra)
   local o = {seed = self.seed, steps = a.steps, time_limit = a.time_limit,
              log_every = a.log_every}
   extra = extra or {}
+  if a.distributed then o.distributed = true end
   if extra.evaluate then o.eval_every = a.eval_every end
   for k, v in pairs(extra) do o[k] = v end
   return o
@@ -345,7 +350,9 @@ function Run:write_run_json(extra)
                blas = {core = m.blas.core, threads = m.blas.threads},
                machine = {cpu = m.cpu, cores = m.cores, loadavg = m.loadavg, blas = m.blas},
                started = self.started, seed = self.seed, params = self.params}
+  if self.args.distributed then doc.ranks = dist.size() end
   for k, v in pairs(extra or {}) do doc[k] = v end
+  if not dist.is_root() then return self:path("run.json") end
   return util.write_json(self:path("run.json"), doc, {indent = 2})
 end
 
@@ -358,6 +365,7 @@ function Run:write_metrics(tbl)
   for k, v in pairs(tbl) do doc[k] = v end
   if doc.threads == nil then doc.threads = glimpse.get_num_threads() end
   if doc.params == nil then doc.params = self.params end
+  if not dist.is_root() then return self:path("metrics.json") end
   return util.write_json(self:path("metrics.json"), doc, {indent = 2})
 end
 
