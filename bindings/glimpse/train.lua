@@ -354,6 +354,13 @@ function Trainer:_shard_step(batch)
   return mean_loss, out
 end
 
+-- buffers (running statistics) follow each rank's own shards: rank 0's go to every rank at
+-- the start and before each evaluation, so that every rank evaluates the same model
+function Trainer:_sync_buffers()
+  if type(self.model.buffers) ~= "function" then return end
+  for _, b in ipairs(self.model:buffers()) do self.dist.broadcast(b, 0) end
+end
+
 function Trainer:_time_up()
   if self.bucket then return self.time_up == true end
   return self.time_limit ~= nil and self.timer:elapsed() >= self.time_limit
@@ -369,6 +376,7 @@ function Trainer:_start_ranks(resume)
   resume = flag:item() > 0
   if resume then self:load_checkpoint(self.checkpoint) end
   for _, p in ipairs(self.params) do dist.broadcast(p, 0) end
+  self:_sync_buffers()
   local steps = glimpse.tensor({self.step, -self.step})
   dist.allreduce(steps, "max")
   local hi, lo = steps:totable()[1], -steps:totable()[2]
@@ -443,6 +451,7 @@ end
 -- run evaluate(model, step) without a tape, in eval mode; record, report, early-stop check
 function Trainer:_evaluate()
   local model, step = self.model, self.step
+  if self.bucket then self:_sync_buffers() end
   if self.timer then self.timer:pause() end
   if self.bar then self.bar:pause() end
   model:evaluate()
