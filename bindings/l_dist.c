@@ -62,8 +62,7 @@ static const gl_mpi_api *load_plugin(char *why, size_t whylen) {
       snprintf(why, whylen, "%s", dlerror());
       continue;
     }
-    const gl_mpi_api *(*get)(void) = (const gl_mpi_api *(*)(void))dlsym(h, "gl_mpi_plugin");
-    const gl_mpi_api *api = get ? get() : NULL;
+    const gl_mpi_api *api = dlsym(h, "gl_mpi_plugin");
     if (api && api->version == GL_MPI_API_VERSION) return api;
     snprintf(why, whylen, "%s is not a glimpse MPI plugin of this version", paths[i]);
     dlclose(h);

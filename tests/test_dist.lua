@@ -172,6 +172,9 @@ function T.test_collectives_on_two_ranks()
                                {rank = 1, word = "w1", list = {1, 2}}})
     lu.assertStrContains(s.bad_root, "glimpse.dist.broadcast: bad argument #2 (root must be a rank 0..1, got 2)")
     lu.assertStrContains(s.bad_op, "glimpse.dist.allreduce: bad argument #2")
+    lu.assertStrContains(s.generated_data, "Trainer: option 'distributed' needs a dataset")
+    lu.assertStrContains(s.small_batch, "Trainer: option 'batch_size' (1) must be at least the "
+                                        .. "number of ranks (2)")
   end
   lu.assertEquals(seen[1].shard, {"a", "c", "e"})
   lu.assertEquals(seen[2].shard, {"b", "d"})

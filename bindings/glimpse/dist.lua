@@ -29,8 +29,9 @@ local function fail(fmt, ...)
 end
 
 local function check_tensor(fname, t)
-  if not glimpse.is_tensor(t) then
-    fail("glimpse.dist.%s: bad argument #1 (a tensor expected, got %s)", fname, type(t))
+  if not glimpse.is_tensor(t) then     -- level 3: the caller of the dist function
+    error(string.format("glimpse.dist.%s: bad argument #1 (a tensor expected, got %s)", fname,
+                        type(t)), 3)
   end
 end
 

@@ -321,13 +321,14 @@ function Trainer:_distribute()
   local dist = require "glimpse.dist"
   self.rank, self.world = dist.init()
   if self.world == 1 then return end           -- one rank: the plain loop, bit for bit
-  if self.generate then
-    fail("Trainer: option 'distributed' needs a dataset (data with collate(indices)): "
-         .. "generated batches cannot be split over the %d ranks", self.world)
+  if self.generate then                        -- level 3: the caller of Trainer{...}
+    error(string.format("Trainer: option 'distributed' needs a dataset (data with "
+          .. "collate(indices)): generated batches cannot be split over the %d ranks",
+          self.world), 3)
   end
   if self.batch_size < self.world then
-    fail("Trainer: option 'batch_size' (%d) must be at least the number of ranks (%d) with "
-         .. "option 'distributed'", self.batch_size, self.world)
+    error(string.format("Trainer: option 'batch_size' (%d) must be at least the number of ranks "
+          .. "(%d) with option 'distributed'", self.batch_size, self.world), 3)
   end
   self.dist = dist
   self.bucket = dist.GradBucket(self.params)

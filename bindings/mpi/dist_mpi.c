@@ -82,10 +82,6 @@ static void p_finalize(void) {
   if (on && !done) MPI_Finalize();
 }
 
-static void p_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
-
-static const gl_mpi_api api = {GL_MPI_API_VERSION, p_init, p_barrier, p_bcast, p_allreduce,
-                               p_allgather, p_allgather_counts, p_allgather_bytes,
-                               p_finalize, p_abort};
-
-const gl_mpi_api *gl_mpi_plugin(void) { return &api; }
+const gl_mpi_api gl_mpi_plugin = {GL_MPI_API_VERSION, p_init, p_barrier, p_bcast, p_allreduce,
+                                  p_allgather, p_allgather_counts, p_allgather_bytes,
+                                  p_finalize};

@@ -33,10 +33,9 @@ typedef struct gl_mpi_api {
   int (*allgather_bytes)(const char *send, int count, char *recv, const int *counts,
                          const int *displs, char *err, size_t errlen);
   void (*finalize)(void);                      /* the end of a run that went well */
-  void (*abort)(int code);                     /* the end of a run that failed: stops all ranks */
 } gl_mpi_api;
 
-/* the one symbol the plugin exports */
-const gl_mpi_api *gl_mpi_plugin(void);
+/* the one symbol the plugin exports (l_dist.c finds it with dlsym) */
+extern const gl_mpi_api gl_mpi_plugin;
 
 #endif

@@ -33,6 +33,17 @@ seen.shard = dist.shard({"a", "b", "c", "d", "e"})
 seen.tables = dist.gather_tables({rank = rank, word = "w" .. rank, list = {rank, rank + 1}})
 seen.bad_root = select(2, pcall(dist.broadcast, b, 2))
 seen.bad_op = select(2, pcall(dist.allreduce, b, "prod"))
+
+-- the Trainer's data-parallel mode refuses what it cannot split over 2 ranks
+local model = glimpse.nn.Linear(1, 1)
+local function trainer(o)
+  o.model, o.optimizer, o.steps, o.distributed = model, {"SGD", lr = 0.1}, 1, true
+  o.loss = function(m, x) return m(x):sum() end
+  return select(2, pcall(glimpse.train.Trainer, o))
+end
+seen.generated_data = trainer({data = function() return glimpse.ones(1, 1) end})
+seen.small_batch = trainer({data = {n = 4, collate = function() return glimpse.ones(1, 1) end},
+                            batch_size = 1})
 dist.barrier()
 
 local all = dist.gather_tables(seen)
