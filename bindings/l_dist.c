@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lglimpse.h"
 #include "mpi/dist_mpi.h"
@@ -54,8 +55,12 @@ static const gl_mpi_api *load_plugin(char *why, size_t whylen) {
   const char *paths[3] = {getenv("GLIMPSE_MPI_PLUGIN"), GLIMPSE_MPI_PLUGIN,
                           GLIMPSE_MPI_PLUGIN_INSTALLED};
   why[0] = 0;
+  if (paths[0] && *paths[0] && access(paths[0], F_OK) != 0) {   /* named, so no fallback */
+    snprintf(why, whylen, "GLIMPSE_MPI_PLUGIN=%s: no such file", paths[0]);
+    return NULL;
+  }
   for (int i = 0; i < 3; i++) {
-    if (!paths[i] || !*paths[i]) continue;
+    if (!paths[i] || !*paths[i] || access(paths[i], F_OK) != 0) continue;
     /* RTLD_GLOBAL: Open MPI's own components look up libmpi's symbols globally */
     void *h = dlopen(paths[i], RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
@@ -67,7 +72,9 @@ static const gl_mpi_api *load_plugin(char *why, size_t whylen) {
     snprintf(why, whylen, "%s is not a glimpse MPI plugin of this version", paths[i]);
     dlclose(h);
   }
-  if (!why[0]) snprintf(why, whylen, "glimpse was built without MPI (no mpicc or mpi.h)");
+  if (!why[0])
+    snprintf(why, whylen, "glimpse was built without MPI (make found no mpicc or mpi.h): no "
+             "plugin at %s or %s", GLIMPSE_MPI_PLUGIN, GLIMPSE_MPI_PLUGIN_INSTALLED);
   return NULL;
 }
 

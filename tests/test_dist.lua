@@ -195,6 +195,18 @@ function T.test_a_failing_rank_ends_the_job_with_an_error()
   lu.assertNotStrContains(out, "Terminated")     -- ended by mpirun, not by the timeout
 end
 
+function T.test_under_a_launcher_without_mpi_glimpse_stops_with_the_reason()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  local script = d .. "/alone.lua"
+  H.write_file(script, 'require("glimpse").dist.init()')
+  local out, ok = sh("GLIMPSE_MPI_PLUGIN=" .. H.sh_quote(d .. "/none.so") .. " "
+                     .. glimpse_cmd(2, {script}))
+  lu.assertFalse(ok)
+  lu.assertStrContains(out, "glimpse.dist.init: started by an MPI launcher for 2 ranks but MPI "
+                            .. "cannot be loaded: GLIMPSE_MPI_PLUGIN=" .. d .. "/none.so: no such file")
+end
+
 function T.test_data_parallel_seq2seq_equals_one_process_with_the_same_global_batch()
   skip_without_mpirun()
   local d = H.tmpdir()
