@@ -252,6 +252,8 @@ local function vmhwm()
   return tonumber(s:match("VmHWM:%s*(%d+)"))
 end
 
+local comm_s = 0                 -- --dist: seconds in the gradient allreduce (with its wait)
+
 local function main()
   local make = workloads[W]
   if not make then error("unknown workload " .. tostring(W)) end
@@ -270,13 +272,18 @@ local function main()
   else
     local opt = glimpse.optim.Adam(model:parameters(), {lr = 1e-3})
     local bucket = DIST and dist.GradBucket(model:parameters())
+    comm_s = 0
     one = function()
       opt:zero_grad()
       if bucket then bucket:attach() end
       local loss = step_fn()
       loss:backward()
       local value                -- with --dist: the loss of the whole global batch
-      if bucket then value = select(2, bucket:average(shard_rows, loss:item())) end
+      if bucket then
+        local t = glimpse.clock()
+        value = select(2, bucket:average(shard_rows, loss:item()))
+        comm_s = comm_s + glimpse.clock() - t
+      end
       opt:step()
       return value or loss:item()
     end
@@ -286,12 +293,14 @@ local function main()
   one()   -- warm-up
   collectgarbage()
   local t0, c0 = glimpse.clock(), os.clock()
+  comm_s = 0
   for _ = 1, STEPS do one() end
   local ms = (glimpse.clock() - t0) * 1000 / STEPS
   local cpu_ms = (os.clock() - c0) * 1000 / STEPS     -- CPU time of all threads
   if rank ~= 0 then return end
   io.write(cjson.encode({side = "glimpse", workload = W, loss1 = loss1, ms_per_step = ms,
                          cpu_ms_per_step = cpu_ms, ranks = size,
+                         allreduce_ms_per_step = DIST and comm_s * 1000 / STEPS or nil,
                          steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads()}),
            "\n")
 end

@@ -18,7 +18,8 @@
 -- PyTorch): the workload (default W2, the captioner's training step; W1 works too) on one
 -- process with 1 BLAS thread, one process with 2 threads, and 2 ranks of 1 thread under
 -- `mpirun -np 2` (glimpse.dist, the global batch split in two), alternating, ROUNDS times;
--- best ms per global step of each, the speed-up of 2 ranks over 1, and the load average.
+-- best ms per global step of each, the speed-up of 2 ranks over 1, the time in the gradient
+-- allreduce (with any wait for the slower rank), and the load average.
 -- The 2-rank first-step loss must equal the 1-process one (the same global batch).  Writes
 -- bench/scaling.json.
 local cjson = require "cjson"
@@ -120,19 +121,23 @@ local function run_scaling()
     for _, c in ipairs(configs) do
       local g, err = run_json(c.cmd)
       if not g then error(c.name .. ": " .. err, 0) end
-      if not c.ms or g.ms_per_step < c.ms then c.ms, c.cpu_ms = g.ms_per_step, g.cpu_ms_per_step end
+      if not c.ms or g.ms_per_step < c.ms then
+        c.ms, c.cpu_ms, c.allreduce_ms = g.ms_per_step, g.cpu_ms_per_step, g.allreduce_ms_per_step
+      end
       c.loss1, c.ranks = g.loss1, g.ranks
     end
   end
   local load_end = loadavg()
   local one = configs[1]
-  print(string.format("| %-22s | %12s | %16s | %8s | %-10s |", "configuration",
-                      "ms per step", "CPU ms per rank", "speed-up", "same loss"))
-  print("|------------------------|--------------|------------------|----------|------------|")
+  print(string.format("| %-22s | %12s | %16s | %13s | %8s | %-10s |", "configuration",
+                      "ms per step", "CPU ms per rank", "allreduce ms", "speed-up", "same loss"))
+  print("|------------------------|--------------|------------------|---------------|----------|"
+        .. "------------|")
   for _, c in ipairs(configs) do
     c.speedup = one.ms / c.ms
     c.loss_rel_diff = math.abs(c.loss1 - one.loss1) / math.abs(one.loss1)
-    print(string.format("| %-22s | %12.1f | %16.1f | %8.2f | %-10s |", c.name, c.ms, c.cpu_ms,
+    print(string.format("| %-22s | %12.1f | %16.1f | %13s | %8.2f | %-10s |", c.name, c.ms,
+                        c.cpu_ms, c.allreduce_ms and string.format("%.1f", c.allreduce_ms) or "-",
                         c.speedup, string.format("%s %.0e", c.loss_rel_diff <= LOSS_RTOL and "yes"
                                                  or "NO", c.loss_rel_diff)))
     c.cmd = nil

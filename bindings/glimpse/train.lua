@@ -314,8 +314,9 @@ end
 -- batch's indices goes to rank (i-1) % size); one allreduce of a flat bucket of gradients
 -- per step leaves every rank with the gradient of the whole batch, so every rank makes the
 -- same update.  A rank's gradient is weighed by the loss's normaliser on its shard: the
--- stat `tokens` when the loss reports it (a mean over tokens, as Seq2Seq and Captioner),
--- else its number of examples.  Rank 0 alone prints, logs and writes checkpoints.
+-- stat `tokens` when the loss reports it (a mean over tokens: Seq2Seq's stats hold it, and
+-- a loss function around Captioner:loss passes on its info.tokens), else its number of
+-- examples.  Rank 0 alone prints, logs and writes checkpoints.
 
 function Trainer:_distribute()
   local dist = require "glimpse.dist"
