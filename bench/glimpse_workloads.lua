@@ -253,6 +253,7 @@ local function vmhwm()
 end
 
 local comm_s = 0                 -- --dist: seconds in the gradient allreduce (with its wait)
+local REPEATS = 20               -- --dist: allreduces of the bucket alone, timed after a barrier
 
 local function main()
   local make = workloads[W]
@@ -265,13 +266,13 @@ local function main()
     for n, x in pairs(inputs) do t["input." .. n] = x end
     glimpse.save(SAVE, t)
   end
-  local loss1, one
+  local loss1, one, bucket
   if not model then
     one = step_fn
     loss1 = one():sum():item()
   else
     local opt = glimpse.optim.Adam(model:parameters(), {lr = 1e-3})
-    local bucket = DIST and dist.GradBucket(model:parameters())
+    bucket = DIST and dist.GradBucket(model:parameters())
     comm_s = 0
     one = function()
       opt:zero_grad()
@@ -297,10 +298,25 @@ local function main()
   for _ = 1, STEPS do one() end
   local ms = (glimpse.clock() - t0) * 1000 / STEPS
   local cpu_ms = (os.clock() - c0) * 1000 / STEPS     -- CPU time of all threads
+  -- --dist: the allreduce of the gradient bucket alone, every rank ready (after a barrier),
+  -- so the communication shows apart from the wait for a slower rank
+  local bucket_ms
+  if bucket then
+    local s = 0
+    for _ = 1, REPEATS do
+      dist.barrier()
+      local t = glimpse.clock()
+      dist.allreduce(bucket.flat, "sum")
+      s = s + glimpse.clock() - t
+    end
+    bucket_ms = s * 1000 / REPEATS
+  end
   if rank ~= 0 then return end
   io.write(cjson.encode({side = "glimpse", workload = W, loss1 = loss1, ms_per_step = ms,
                          cpu_ms_per_step = cpu_ms, ranks = size,
                          allreduce_ms_per_step = DIST and comm_s * 1000 / STEPS or nil,
+                         bucket_allreduce_ms = bucket_ms,
+                         bucket_mb = bucket and bucket.flat:numel() * 4 / 2 ^ 20 or nil,
                          steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads()}),
            "\n")
 end

@@ -124,6 +124,9 @@ local function run_scaling()
       if not c.ms or g.ms_per_step < c.ms then
         c.ms, c.cpu_ms, c.allreduce_ms = g.ms_per_step, g.cpu_ms_per_step, g.allreduce_ms_per_step
       end
+      if g.bucket_allreduce_ms and (not c.bucket_ms or g.bucket_allreduce_ms < c.bucket_ms) then
+        c.bucket_ms, c.bucket_mb = g.bucket_allreduce_ms, g.bucket_mb
+      end
       c.loss1, c.ranks = g.loss1, g.ranks
     end
   end
@@ -142,6 +145,9 @@ local function run_scaling()
                                                  or "NO", c.loss_rel_diff)))
     c.cmd = nil
   end
+  local two = configs[3]
+  print(string.format("the gradient bucket (%.1f MiB) alone, both ranks ready: %.2f ms an "
+                      .. "allreduce (best of the rounds' means of 20)", two.bucket_mb, two.bucket_ms))
   print(string.format("load average (1, 5, 15 min): %s before, %s after", la(load_start),
                       la(load_end)))
   local out = io.open("bench/scaling.json", "w")
