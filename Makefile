@@ -20,20 +20,14 @@ ALL_CFLAGS = $(WARN) $(CFLAGS) $(SAN) -fPIC $(INC) -DGLIMPSE_ROOT='"$(CURDIR)"' 
              -DGLIMPSE_MPI_PLUGIN_INSTALLED='"$(PREFIX)/lib/glimpse/libglimpse_mpi.so"'
 LIBS     := -lm -ldl -lz -lpthread
 
-# MPI, for glimpse.dist: found through mpicc (Open MPI's --showme, MPICH's -show), else a
-# Debian mpi.h.  It goes into a plugin, $(BUILD)/libglimpse_mpi.so, that glimpse loads with
-# dlopen only when a run under mpirun/srun calls glimpse.dist (bindings/l_dist.c says why);
-# without MPI the plugin is not built and glimpse.dist is one rank.
-MPICC    := $(shell command -v mpicc 2>/dev/null)
-MPI_H    := $(firstword $(wildcard /usr/include/$(shell $(CC) -print-multiarch 2>/dev/null)/mpi/mpi.h /usr/include/mpi.h))
-ifneq ($(MPICC),)
-MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info 2>/dev/null | cut -d' ' -f2-)
-MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info 2>/dev/null | cut -d' ' -f2-)
-else ifneq ($(MPI_H),)
-MPI_CFLAGS := -I$(dir $(MPI_H))
-MPI_LIBS   := -lmpi
-endif
-MPI_PLUGIN := $(if $(MPI_LIBS),$(BUILD)/libglimpse_mpi.so)
+# MPI, for glimpse.dist: found through mpicc (Open MPI's --showme, MPICH's -compile_info),
+# else a Debian mpi.h, when the plugin $(BUILD)/libglimpse_mpi.so is built (after the
+# packages are installed, so a fresh machine gets it on its first `make test`).  glimpse
+# loads the plugin with dlopen only when a run under mpirun/srun calls glimpse.dist
+# (bindings/l_dist.c says why); without MPI there is no plugin and glimpse.dist is one rank.
+# `make MPICC= MPI_H=` builds without it.
+MPICC    ?= mpicc
+MPI_H    ?= /usr/include/$(shell $(CC) -print-multiarch 2>/dev/null)/mpi/mpi.h
 
 ENGINE_SRC   := $(sort $(wildcard engine/*.c))
 BINDING_SRC  := $(sort $(filter-out bindings/main.c,$(wildcard bindings/*.c)))
@@ -49,7 +43,7 @@ DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev 
 STAMP    := $(BUILD)/.deps-ok
 
 .PHONY: all deps test asan demo install clean bench fixtures check-warnings
-all: $(BUILD)/glimpse $(BUILD)/glimpse.so $(MPI_PLUGIN)
+all: $(BUILD)/glimpse $(BUILD)/glimpse.so $(BUILD)/libglimpse_mpi.so
 
 # Install missing packages once per build folder (apt-get needs root; without it we say
 # which packages are missing and stop).
@@ -88,7 +82,16 @@ $(BUILD)/glimpse.so: $(BINDING_OBJ) $(BUILD)/libglimpse.a
 # the MPI plugin: dist_mpi.c alone, linked with libmpi (nothing of glimpse or Lua in it)
 $(BUILD)/libglimpse_mpi.so: bindings/mpi/dist_mpi.c bindings/mpi/dist_mpi.h | $(STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $(MPI_CFLAGS) -o $@ $< $(MPI_LIBS)
+	@if [ -n "$(MPICC)" ] && command -v "$(MPICC)" > /dev/null 2>&1; then \
+	  flags="$$($(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info | cut -d' ' -f2-)"; \
+	  libs="$$($(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info | cut -d' ' -f2-)"; \
+	elif [ -n "$(MPI_H)" ] && [ -f "$(MPI_H)" ]; then \
+	  flags="-I$(dir $(MPI_H))"; libs="-lmpi"; \
+	else \
+	  echo "no MPI (no mpicc, no mpi.h): glimpse.dist will be one rank"; exit 0; \
+	fi; \
+	echo "$(CC) $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $$flags -o $@ $< $$libs"; \
+	$(CC) $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $$flags -o $@ $< $$libs
 
 TEST_ARGS ?=
 test: all
