@@ -5,8 +5,8 @@
 --   figures.seq2seq_alignments(dir, ds, items, {title = "reversal additive/soft"})
 --   figures.points(path, "tsp", pts, truth, pred, "optimal", "predicted")
 --   figures.pointer_attention(path, alignment, pred, #pts, "pointer attention")
---   figures.bits(path, targets, outputs, "ntm, length 6")
---   figures.weighting(path, rows, T, "write weighting")
+--   figures.bits(path, batch, logits, 1, "ntm, length 6")
+--   figures.weighting(path, extras.write, 1, T, "write weighting")
 --
 -- Each writes a PNG (or SVG when the path ends in .svg) and returns the path.
 local viz = require "glimpse.viz"
@@ -139,17 +139,21 @@ local function sparse_labels(n)
   return t
 end
 
---- figures.bits(path, targets, outputs, title) -> path: target bits above output
---- probabilities, each a list of `bits` rows of T numbers (bit k over the copy steps).
-function M.bits(path, targets, outputs, title)
+--- figures.bits(path, batch, logits, i, title) -> path: the copy task's sequence i, its
+--- target bits above the output probabilities sigmoid(logits), over the copy steps only.
+--- batch: copy_task's {targets (B,S,bits), lengths}; logits (B,S,bits) (NTM:decode's extras).
+function M.bits(path, batch, logits, i, title)
   check_path("bits", path)
+  local T = batch.lengths[i]
+  local first = T + 2                     -- T inputs and the delimiter come first
+  local tg = batch.targets[i]:narrow(1, first, T):transpose(1, 2):totable()
+  local pr = logits[i]:detach():narrow(1, first, T):sigmoid():transpose(1, 2):totable()
   local rows, names = {}, {}
-  local T = #targets[1]
-  for k = 1, #targets do rows[k], names[k] = targets[k], "target " .. k end
+  for k = 1, #tg do rows[k], names[k] = tg[k], "target " .. k end
   local blank = {}
   for t = 1, T do blank[t] = 0 end
   rows[#rows + 1], names[#names + 1] = blank, ""
-  for k = 1, #outputs do rows[#rows + 1], names[#names + 1] = outputs[k], "output " .. k end
+  for k = 1, #pr do rows[#rows + 1], names[#names + 1] = pr[k], "output " .. k end
   viz.alignment(rows, sparse_labels(T), names, path, {title = title, cell = 10, scale = 1})
   return path
 end
@@ -189,11 +193,14 @@ local function used_window(rows)
   return cut, slots
 end
 
---- figures.weighting(path, rows, T, title) -> path: an NTM head's weighting over memory
---- slots per step (rows: one list of N weights per step of a copy sequence of length T:
---- T inputs, the delimiter, T outputs), cut to the slots in use.
-function M.weighting(path, rows, T, title)
+--- figures.weighting(path, trace, i, T, title) -> path: an NTM head's weighting over memory
+--- slots per step for sequence i (trace: one (B,N) tensor per step, NTM:decode's
+--- extras.write or extras.read, of a copy sequence of length T: T inputs, the delimiter, T
+--- outputs), cut to the slots in use.
+function M.weighting(path, trace, i, T, title)
   check_path("weighting", path)
+  local rows = {}
+  for t, w in ipairs(trace) do rows[t] = w[i]:totable() end
   local S = #rows
   local names = {}
   for t = 1, S do
