@@ -8,10 +8,9 @@ local util = glimpse.util
 
 local T = {}
 
+-- a path in a fresh temporary directory (tests/helpers removes it), not made yet
 local function tmpdir(tag)
-  local d = string.format("/tmp/glimpse-test-experiment-%d-%s", util.pid(), tag)
-  os.execute("rm -rf " .. util.shell_quote(d))
-  return d
+  return require("tests.helpers").tmpdir() .. "/" .. tag
 end
 
 local function parser()

@@ -13,11 +13,9 @@ local T = {}
 
 local WINDOW = 1280
 
-local function tmpdir(tag)
-  local d = string.format("/tmp/glimpse-test-report-%d-%s", util.pid(), tag)
-  os.execute("rm -rf " .. util.shell_quote(d))
-  util.mkdir_p(d)
-  return d
+-- an empty temporary directory (tests/helpers removes it after the suite)
+local function tmpdir()
+  return require("tests.helpers").tmpdir()
 end
 
 local function count(s, pat)
