@@ -34,7 +34,6 @@ local DECODER_KEYS = {"self_attn.in_proj_weight", "self_attn.in_proj_bias",
 -- ---------------------------------------------------------------------------------------
 -- helpers
 
-
 -- max |a - b| <= rtol * max(1, max |b|)
 local function assert_close(a, b, rtol, what)
   H.assert_close(a, b, {rtol = rtol, floor = 1}, what)
