@@ -97,7 +97,7 @@ function T.test_fashion_mnist_smoke_run_writes_results_and_a_model()
   assert_run_files(d)
 end
 
-function T.test_demo_trains_the_library_seq2seq_and_writes_its_maps()
+function T.test_demo_writes_its_maps_and_a_page_that_loads_them_within_1280px()
   local d = tmpdir("demo")
   local ok, out = run("scripts/demo.lua", "--steps 3 --eval-every 3 --out " .. d)
   lu.assertTrue(ok, out)
@@ -107,6 +107,10 @@ function T.test_demo_trains_the_library_seq2seq_and_writes_its_maps()
   lu.assertTrue(m.accuracy >= 0 and m.accuracy_beam <= 1)
   assert_png(d .. "/alignment_4.png")
   assert_run_files(d)
+  local r = H.browser_check(d .. "/index.html", 1280)   -- skipped without chromium
+  lu.assertEquals(r.images, 4, r.line)
+  lu.assertEquals(r.broken, 0, r.line)
+  lu.assertTrue(r.scroll <= 1280 and r.body <= 1280, r.line)
 end
 
 local TINY = "--steps 6 --epoch-steps 3 --batch 16 --emb 16 --hidden 16 --valid 8 --test 8 "
