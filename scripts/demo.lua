@@ -23,6 +23,7 @@ local history = glimpse.train.Trainer(run:trainer_options{
   model = model, optimizer = {"Adam", lr = 0.003}, clip = 5, data = train, batch_size = 64,
   bucket = 20,
   evaluate = function(m) return {accuracy = eval.sequence_accuracy(m, valid, {bleu = false}).exact} end,
+  format_eval = function(r) return string.format("held-out exact-sequence accuracy %.2f%%", 100 * r.accuracy) end,
 }):fit()
 
 local result = {steps = history.steps, train_seconds = history.seconds}
