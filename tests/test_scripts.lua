@@ -43,6 +43,13 @@ local function assert_png(path)
   lu.assertTrue(info.width > 20 and info.height > 20, path .. " is too small")
 end
 
+-- a script run that must fail (a bad flag) with a message containing `text`
+local function assert_rejects(script, flags, text)
+  local ok, out = run(script, flags)
+  lu.assertFalse(ok, script .. " " .. flags .. " should fail")
+  lu.assertStrContains(out, text)
+end
+
 -- the files every experiment writes beside its own
 local function assert_run_files(d)
   local r = util.read_json(d .. "/run.json")
@@ -76,9 +83,7 @@ function T.test_seq2seq_smoke_run_writes_accuracy_maps_and_samples()
 end
 
 function T.test_seq2seq_rejects_an_unknown_score()
-  local ok, out = run("scripts/seq2seq.lua", "--score nope --steps 1")
-  lu.assertFalse(ok)
-  lu.assertStrContains(out, "'--score' must be one of")
+  assert_rejects("scripts/seq2seq.lua", "--score nope --steps 1", "'--score' must be one of")
 end
 
 function T.test_fashion_mnist_smoke_run_writes_results_and_a_model()
@@ -173,12 +178,9 @@ function T.test_pointer_sort_paper_recipe_runs()
 end
 
 function T.test_pointer_bad_flags_give_a_clear_error()
-  local ok, out = run("scripts/pointer.lua", "--task tsp --n 20")
-  lu.assertFalse(ok)
-  lu.assertStrContains(out, "Held-Karp")
-  ok, out = run("scripts/pointer.lua", "--task hull --n 2")
-  lu.assertFalse(ok)
-  lu.assertStrContains(out, "at least 3 points")
+  assert_rejects("scripts/pointer.lua", "--task tsp --n 20", "Held-Karp")
+  assert_rejects("scripts/pointer.lua", "--task hull --n 2", "at least 3 points")
+  assert_rejects("scripts/pointer.lua", "--test-n 5,x", "--test-n must list integers")
 end
 
 function T.test_ntm_copy_smoke_run_writes_metrics_and_weightings()
@@ -225,9 +227,8 @@ function T.test_ntm_copy_lstm_baseline_runs()
 end
 
 function T.test_ntm_copy_rejects_tests_longer_than_memory()
-  local ok, out = run("scripts/ntm_copy.lua", "--memory 10 --test-lens 20 --steps 1")
-  lu.assertFalse(ok)
-  lu.assertStrContains(out, "does not fit 10 memory slots")
+  assert_rejects("scripts/ntm_copy.lua", "--memory 10 --test-lens 20 --steps 1",
+                 "does not fit 10 memory slots")
 end
 
 -- ---------------------------------------------------------------------------------------
