@@ -219,6 +219,19 @@ function T.test_data_parallel_seq2seq_equals_one_process_with_the_same_global_ba
   assert_same_params(d .. "/one.st", d .. "/two.st", "2 ranks")
 end
 
+function T.test_a_time_limit_stops_every_rank_at_the_same_step()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  -- a limit on rank 1 only, passed during the first step: rank 0 must stop after it too,
+  -- or it would wait in the next step's allreduce for a rank that has finished
+  local out = run_glimpse(2, {"tests/dist/train.lua", d .. "/t.st", "20", "--distributed",
+                              "--time-limit", "1e-9", "1"})
+  lu.assertStrContains(out, "rank 0 of 2: 1 steps")
+  lu.assertStrContains(out, "rank 1 of 2: 1 steps")
+  local _, n = out:gsub("stopped by time", "")
+  lu.assertEquals(n, 2, out)
+end
+
 function T.test_resume_on_a_different_number_of_ranks()
   skip_without_mpirun()
   local d = H.tmpdir()

@@ -743,8 +743,9 @@ function Trainer:fit()
                             self.target.metric, h.reached.value,
                             self.target.mode == "max" and ">=" or "<=", self.target.value))
   elseif stopped == "time" then
-    self:_say(string.format("stopped at step %d of %d: the time limit (%gs) ran out", self.step,
-                            self.steps, self.time_limit))
+    self:_say(string.format("stopped at step %d of %d: the time limit (%s) ran out", self.step,
+                            self.steps, self.time_limit and string.format("%gs", self.time_limit)
+                                        or "another rank's"))
   end
   return h
 end
