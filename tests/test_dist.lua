@@ -232,6 +232,28 @@ function T.test_a_time_limit_stops_every_rank_at_the_same_step()
   lu.assertEquals(n, 2, out)
 end
 
+function T.test_rank_0_decides_an_early_stop_for_every_rank()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  local script = d .. "/target.lua"
+  H.write_file(script, [[
+    local glimpse = require "glimpse"
+    local ds = {n = 32, collate = function(_, idx) return glimpse.full({#idx, 1}, 1) end}
+    local rank = glimpse.dist.rank()
+    local h = glimpse.train.Trainer{
+      model = glimpse.nn.Linear(1, 1), optimizer = {"SGD", lr = 0.1}, data = ds,
+      batch_size = 8, steps = 50, progress = false, distributed = true, eval_every = 5,
+      loss = function(m, x) return m(x):pow(2):mean() end,
+      -- alone, rank 1 would stop at step 5 and rank 0 at step 10
+      evaluate = function(_, step) return {ok = step >= (rank == 0 and 10 or 5) and 1 or 0} end,
+      target = {metric = "ok", value = 1}}:fit()
+    print(string.format("rank %d stopped at step %d by %s", rank, h.steps, h.stopped))
+  ]])
+  local out = run_glimpse(2, {script})
+  lu.assertStrContains(out, "rank 0 stopped at step 10 by target")
+  lu.assertStrContains(out, "rank 1 stopped at step 10 by target")
+end
+
 function T.test_resume_on_a_different_number_of_ranks()
   skip_without_mpirun()
   local d = H.tmpdir()

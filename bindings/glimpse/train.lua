@@ -363,6 +363,13 @@ function Trainer:_sync_buffers()
   for _, b in ipairs(self.model:buffers()) do self.dist.broadcast(b, 0) end
 end
 
+-- rank 0's answer to a yes/no question, on every rank
+function Trainer:_root_says(yes)
+  local flag = glimpse.tensor({yes and 1 or 0})
+  self.dist.broadcast(flag, 0)
+  return flag:item() > 0
+end
+
 function Trainer:_time_up()
   if self.bucket then return self.time_up == true end
   return self.time_limit ~= nil and self.timer:elapsed() >= self.time_limit
@@ -373,9 +380,7 @@ end
 function Trainer:_start_ranks(resume)
   local dist = self.dist
   self.time_up = nil
-  local flag = glimpse.tensor({resume and 1 or 0})
-  dist.broadcast(flag, 0)
-  resume = flag:item() > 0
+  resume = self:_root_says(resume)
   if resume then self:load_checkpoint(self.checkpoint) end
   for _, p in ipairs(self.params) do dist.broadcast(p, 0) end
   self:_sync_buffers()
@@ -493,7 +498,9 @@ function Trainer:_evaluate()
   local t = self.target
   if t then
     local v = entry[t.metric]
-    if (t.mode == "max" and v >= t.value) or (t.mode == "min" and v <= t.value) then
+    local reached = (t.mode == "max" and v >= t.value) or (t.mode == "min" and v <= t.value)
+    if self.bucket then reached = self:_root_says(reached) end   -- every rank stops, or none
+    if reached then
       self.history.reached = {step = step, seconds = entry.seconds, value = v}
       return true
     end
