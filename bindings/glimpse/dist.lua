@@ -10,8 +10,9 @@
 --   for _, job in ipairs(dist.shard(jobs)) do ... end
 --
 -- Started by a launcher (`mpirun -np 2 build/glimpse script.lua`, `srun`), each process is
--- one rank of the job; started on its own, or with a glimpse built without MPI, it is rank 0
--- of 1 and every call is the identity, so a script runs the same way either way.  MPI is
+-- one rank of the job; started on its own it is rank 0 of 1 and every call is the identity
+-- (MPI or not), so a script runs the same way either way.  (A glimpse built without MPI that
+-- a launcher starts as one of several ranks stops with an error instead.)  MPI is
 -- loaded and initialised by init() (which every call here makes first), never by loading
 -- glimpse or this module; bindings/l_dist.c says why.  Tensors are contiguous float32:
 -- broadcast and allreduce hand their storage to MPI in place, without copies.
