@@ -62,6 +62,13 @@ local function run_glimpse(n, args)
   return out
 end
 
+-- a Lua script of this text in a new temporary folder -> its path, the folder
+local function script_file(text)
+  local d = H.tmpdir()
+  H.write_file(d .. "/script.lua", text)
+  return d .. "/script.lua", d
+end
+
 local function assert_same_params(a_path, b_path, what)
   local a, b = glimpse.load(a_path), glimpse.load(b_path)
   local n = 0
@@ -182,9 +189,7 @@ end
 
 function T.test_a_failing_rank_ends_the_job_with_an_error()
   skip_without_mpirun()
-  local d = H.tmpdir()
-  local script = d .. "/fail.lua"
-  H.write_file(script, [[
+  local script = script_file([[
     local glimpse = require "glimpse"
     if glimpse.dist.rank() == 1 then error("rank 1 gives up") end
     glimpse.dist.allreduce(glimpse.ones(4))   -- rank 0 waits here for a rank that is gone
@@ -199,9 +204,7 @@ end
 
 function T.test_under_a_launcher_without_mpi_glimpse_stops_with_the_reason()
   skip_without_mpirun()
-  local d = H.tmpdir()
-  local script = d .. "/alone.lua"
-  H.write_file(script, 'require("glimpse").dist.init()')
+  local script, d = script_file('require("glimpse").dist.init()')
   local out, ok = sh("GLIMPSE_MPI_PLUGIN=" .. H.sh_quote(d .. "/none.so") .. " "
                      .. glimpse_cmd(2, {script}))
   lu.assertFalse(ok)
@@ -234,9 +237,7 @@ end
 
 function T.test_rank_0_decides_an_early_stop_for_every_rank()
   skip_without_mpirun()
-  local d = H.tmpdir()
-  local script = d .. "/target.lua"
-  H.write_file(script, [[
+  local script = script_file([[
     local glimpse = require "glimpse"
     local ds = {n = 32, collate = function(_, idx) return glimpse.full({#idx, 1}, 1) end}
     local rank = glimpse.dist.rank()
