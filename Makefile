@@ -16,7 +16,7 @@ INC      := -Iengine -Ibindings $(LUA_INC) -I/usr/include/stb
 SAN      ?=
 ALL_CFLAGS = $(WARN) $(CFLAGS) $(SAN) -fPIC $(INC) -DGLIMPSE_ROOT='"$(CURDIR)"' \
              -DGLIMPSE_LUA_DIR='"$(PREFIX)/share/lua/$(LUA_VER)"'
-LIBS     := -lm -ldl -lz -lpthread
+LIBS     := -lm -ldl -lz -lpng -ljpeg -lpthread
 
 ENGINE_SRC   := $(sort $(wildcard engine/*.c))
 BINDING_SRC  := $(sort $(filter-out bindings/main.c,$(wildcard bindings/*.c)))
@@ -25,8 +25,10 @@ BINDING_OBJ  := $(BINDING_SRC:%.c=$(BUILD)/%.o)
 HEADERS      := $(wildcard engine/*.h bindings/*.h)
 
 # Debian packages the build, the tests and the demo need (chromium: tests/test_report.lua
-# renders a report headless and checks its layout)
+# renders a report headless and checks its layout; libpng and libjpeg-turbo read PNG and
+# JPEG, see engine/image_load.c; clang and its runtime build the fuzzers of `make fuzz`)
 DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev \
+            libpng-dev libjpeg62-turbo-dev \
             dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium
 STAMP    := $(BUILD)/.deps-ok
 
