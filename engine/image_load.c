@@ -211,11 +211,20 @@ static void jpg_on_error(j_common_ptr c) {
   longjmp(s->jb, 1);
 }
 
-/* Warnings (level -1) are corrupt data -- a bad Huffman code, data ending early -- which
- * libjpeg would paper over with grey; here they are errors.  Bytes between markers are the
- * one harmless kind that real cameras write. */
+/* The warnings that mean corrupt image data -- a bad Huffman code, data ending early --
+ * which libjpeg would paper over with grey; here they are errors.  The others (an unknown
+ * JFIF revision, bytes between markers) say nothing about the pixels. */
 static void jpg_on_message(j_common_ptr c, int level) {
-  if (level < 0 && c->err->msg_code != JWRN_EXTRANEOUS_DATA) jpg_on_error(c);
+  if (level >= 0) return;                      /* trace messages */
+  switch (c->err->msg_code) {
+    case JWRN_ARITH_BAD_CODE: case JWRN_HIT_MARKER: case JWRN_HUFF_BAD_CODE:
+    case JWRN_JPEG_EOF: case JWRN_MUST_RESYNC: case JWRN_NOT_SEQUENTIAL:
+    case JWRN_BOGUS_PROGRESSION: case JWRN_TOO_MUCH_DATA:
+      jpg_on_error(c);
+      break;
+    default:
+      break;
+  }
 }
 
 static void jpg_quiet(j_common_ptr c) { (void)c; }
@@ -366,7 +375,84 @@ static int tga_check(const job *j, const unsigned char *b, int w, int h) {
     at += hdr & 0x80 ? psz : n * psz;
     if (at > j->fsize) return too_small(j, w, h, "end inside its run-length packets");
     got += n;
+    if (got > px) return too_small(j, w, h, "hold run-length packets running past its last pixel");
   }
+  return GL_OK;
+}
+
+/* GIF: walk to the first image (the frame stb returns) and count the pixels its LZW codes
+ * make -- lengths only, no pixels -- so a frame whose data ends early is an error rather
+ * than a frame finished in the background colour. */
+static int gif_check(const job *j, const unsigned char *b, int w, int h) {
+  size_t n = j->fsize, at = 13;
+  if (n < 13) return too_small(j, w, h, "cannot hold a GIF header");
+  if (b[10] & 0x80) at += (size_t)3 << ((b[10] & 7) + 1);
+  for (;;) {                                   /* extensions up to the image descriptor */
+    if (at >= n) return too_small(j, w, h, "end before its first image");
+    if (b[at] == 0x2C) break;
+    if (b[at] != 0x21) return GL_OK;           /* a trailer or junk: stb says what is wrong */
+    at += 2;
+    for (;;) {
+      if (at >= n) return too_small(j, w, h, "end inside an extension block");
+      unsigned len = b[at++];
+      if (!len) break;
+      at += len;
+    }
+  }
+  if (at + 11 > n) return too_small(j, w, h, "end inside its image descriptor");
+  uint64_t need = (uint64_t)le16(b + at + 5) * le16(b + at + 7);
+  unsigned flags = b[at + 9];
+  at += 10;
+  if (flags & 0x80) at += (size_t)3 << ((flags & 7) + 1);
+  if (at >= n) return too_small(j, w, h, "end before its image data");
+  unsigned mcs = b[at++];
+  if (mcs < 1 || mcs > 11) return GL_OK;       /* stb refuses it */
+  unsigned short lens[4096];
+  unsigned clear = 1u << mcs, next = clear + 2, width = mcs + 1;
+  int prev = -1;
+  uint64_t made = 0;
+  uint32_t bits = 0;
+  unsigned nbits = 0, left = 0;                /* bytes left in the current sub-block */
+  while (made < need) {
+    while (nbits < width) {                    /* refill from the sub-blocks */
+      if (!left) {
+        if (at >= n || b[at] == 0) return too_small(j, w, h, "end inside its first image's data");
+        left = b[at++];
+      }
+      if (at >= n) return too_small(j, w, h, "end inside its first image's data");
+      bits |= (uint32_t)b[at++] << nbits;
+      nbits += 8;
+      left--;
+    }
+    unsigned code = bits & ((1u << width) - 1);
+    bits >>= width;
+    nbits -= width;
+    if (code == clear) {
+      next = clear + 2;
+      width = mcs + 1;
+      prev = -1;
+      continue;
+    }
+    if (code == clear + 1) break;              /* end of information */
+    unsigned len;
+    if (prev < 0) {
+      if (code > clear) return GL_OK;          /* stb refuses it */
+      len = 1;
+    } else {
+      unsigned plen = (unsigned)prev < clear ? 1 : lens[prev];
+      if (code < clear) len = 1;
+      else if (code < next) len = lens[code];
+      else if (code == next) len = plen + 1;
+      else return GL_OK;                       /* stb refuses it */
+      if (next < 4096) {
+        lens[next++] = (unsigned short)(plen + 1 > 4096 ? 4096 : plen + 1);
+        if (next == 1u << width && width < 12) width++;
+      }
+    }
+    made += len;
+    prev = (int)code;
+  }
+  if (made < need) return too_small(j, w, h, "hold fewer pixels than its first image needs");
   return GL_OK;
 }
 
@@ -398,6 +484,7 @@ static int stb_decode(const job *j, int kind, int want, pixels *out, int *comp) 
   if ((st = cap_check(j, w, h)) || !j->cap) { free(b); return st; }
   if (kind == 'B') st = bmp_check(j, b, w, h);
   else if (kind == 'T') st = tga_check(j, b, w, h);
+  else if (kind == 'G') st = gif_check(j, b, w, h);
   if (st) { free(b); return st; }
   int w2, h2, c2;
   int ch = want ? want : (*comp <= 2 ? 1 : 3);

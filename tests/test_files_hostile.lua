@@ -72,6 +72,8 @@ function T.test_truncated_images_are_errors()
   image_refused("tga_truncated.tga", "end inside its run-length packets")
   image_refused("jpeg_truncated.jpg", "Premature end of JPEG file")
   image_refused("png_truncated.png", "file is truncated or damaged")
+  image_refused("tga_run_past_end.tga", "run-length packets running past its last pixel")
+  image_refused("gif_short_data.gif", "hold fewer pixels than its first image needs")
 end
 
 function T.test_uncompressed_tga_cut_short_is_an_error()

@@ -176,6 +176,12 @@ function M.files()
   local tga = saved(3, 6, 5, "tga")
   img["bomb.tga"] = tga:sub(1, 12) .. string.pack("<I2I2", 8000, 8000) .. tga:sub(17, 18)
   img["tga_truncated.tga"] = tga:sub(1, #tga * 2 // 3)
+  -- RLE TGA 2x1 whose one run packet claims 3 pixels
+  img["tga_run_past_end.tga"] = string.char(0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 24, 0)
+    .. string.char(0x82, 1, 2, 3)
+  -- the seed GIF with codes CLEAR 0 1 EOI: a complete file whose frame gets 2 of its 4 pixels
+  img["gif_short_data.gif"] = img["seed.gif"]:sub(1, 36) .. string.char(2, 0x44, 0x0A, 0)
+    .. ";"
 
   -- safetensors
   local function st_file(header, data) return string.pack("<I8", #header) .. header .. data end
