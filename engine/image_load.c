@@ -32,20 +32,7 @@
 #include <jerror.h>
 #include <png.h>
 
-/* stb is written for many compilers and is not -Wextra clean; its warnings are not ours. */
-#if defined(__GNUC__)
-/* stb_image.h declares (static) a thread-local unpremultiply setter it never defines; that
- * warning fires at the end of the file, so it stays off outside the push/pop below */
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wtype-limits"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#endif
+#include "stb_begin.h"
 
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION

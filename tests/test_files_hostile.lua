@@ -160,17 +160,6 @@ end
 -- ---------------------------------------------------------------------------------------
 -- saves killed with SIGKILL
 
-local function ls(d)
-  local names = {}
-  local p = io.popen("ls -a " .. helpers.sh_quote(d))
-  for n in p:lines() do
-    if n ~= "." and n ~= ".." then names[#names + 1] = n end
-  end
-  p:close()
-  table.sort(names)
-  return names
-end
-
 local function exists(p)
   local f = io.open(p, "rb")
   if f then f:close() end
@@ -211,7 +200,7 @@ function T.test_next_save_removes_temps_of_saves_killed_with_sigkill()
     pipe:close()                   -- waits for the child, so its pid is free
     if exists(tmp) then orphans = orphans + 1 end
     glimpse.save(target, {x = glimpse.ones(trial)})
-    lu.assertEquals(ls(d), {"m.safetensors", "saver.lua"})
+    lu.assertEquals(helpers.ls(d), {"m.safetensors", "saver.lua"})
     lu.assertEquals(glimpse.load(target).x:numel(), trial)
   end
   lu.assertTrue(orphans > 0, "no kill landed inside a save")

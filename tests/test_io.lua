@@ -32,16 +32,7 @@ local function in_tmpdir(name, fn)
   if not ok then error(err, 0) end
 end
 
-local function ls(d)
-  local names = {}
-  local p = io.popen("ls -a '" .. d .. "'")
-  for n in p:lines() do
-    if n ~= "." and n ~= ".." then names[#names + 1] = n end
-  end
-  p:close()
-  table.sort(names)
-  return names
-end
+local ls = helpers.ls
 
 -- float32 rounding of a Lua number
 local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end

@@ -9,6 +9,7 @@
 -- recomputed where the case needs only one thing wrong), so every file here is reproducible
 -- from this script alone.
 local glimpse = require "glimpse"
+local helpers = require "tests.helpers"
 local image = glimpse.image
 
 local M = {}
@@ -31,18 +32,7 @@ function M.crc32(s)
   return c ~ 0xFFFFFFFF
 end
 
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local write, read = helpers.write_file, helpers.read_file
 
 -- A deterministic test picture: (C,H,W) of smooth gradients plus a disc.
 local function picture(C, H, W)

@@ -166,15 +166,18 @@ local function callable(v)
   return type(v) == "function" or type(mt) == "table" and mt.__call ~= nil
 end
 
--- nn modules: construct with hostile arguments, then call the module on hostile inputs
-local nn_names = {}
-for name, v in pairs(glimpse.nn) do
-  if type(name) == "string" and name:match("^%u") and callable(v) then
-    nn_names[#nn_names + 1] = name
+-- the sorted CamelCase names of a module's classes one can call
+local function class_names(m)
+  local names = {}
+  for name, v in pairs(m) do
+    if type(name) == "string" and name:match("^%u") and callable(v) then names[#names + 1] = name end
   end
+  table.sort(names)
+  return names
 end
-table.sort(nn_names)
-for _, name in ipairs(nn_names) do
+
+-- nn modules: construct with hostile arguments, then call the module on hostile inputs
+for _, name in ipairs(class_names(glimpse.nn)) do
   targets[#targets + 1] = {"nn." .. name, function(...)
     local m = glimpse.nn[name](...)
     if type(m) == "table" or type(m) == "userdata" then
@@ -188,14 +191,7 @@ for _, name in ipairs(nn_names) do
 end
 
 -- optimizers: over a few parameters, stepped after a backward
-local optim_names = {}
-for name, v in pairs(glimpse.optim) do
-  if type(name) == "string" and name:match("^%u") and callable(v) then
-    optim_names[#optim_names + 1] = name
-  end
-end
-table.sort(optim_names)
-for _, name in ipairs(optim_names) do
+for _, name in ipairs(class_names(glimpse.optim)) do
   targets[#targets + 1] = {"optim." .. name, function(a, b)
     local p = glimpse.randn(3, 2):requires_grad(true)
     local o = glimpse.optim[name](R(2) == 1 and {p} or a, b)
