@@ -74,7 +74,7 @@ TEST_ARGS ?=
 # the whole suite also runs a short fuzzing smoke (a report there is a real bug)
 FUZZ_SMOKE_SECONDS ?= 60
 test: all
-	@if [ -z "$(TEST_ARGS)" ]; then $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS); fi
+	@if [ -z "$(TEST_ARGS)" ]; then $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) FUZZ_SEED=1; fi
 	$(BUILD)/glimpse tests/run.lua $(TEST_ARGS)
 
 asan:
@@ -87,6 +87,7 @@ asan:
 # driver calling the public API with hostile arguments, all under ASan + UBSan (clang).
 # tests/fuzz/run.sh splits FUZZ_SECONDS between them; seeds are tests/corpus/*/.
 FUZZ_SECONDS ?= 120
+FUZZ_SEED    ?=
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=shift-base
 FUZZ_TARGETS := $(FUZZ_BUILD)/fuzz_safetensors $(FUZZ_BUILD)/fuzz_image $(FUZZ_BUILD)/fuzz_idx
@@ -94,7 +95,7 @@ fuzz:
 	@mkdir -p $(FUZZ_BUILD) && $(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" all $(FUZZ_TARGETS) > $(FUZZ_BUILD)/build.log 2>&1 || \
 	  { tail -30 $(FUZZ_BUILD)/build.log; exit 1; }
-	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_SEED)
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_BUILD)/libglimpse.a
 	clang -g -O1 $(FUZZ_SAN) -fsanitize=fuzzer $(INC) -o $@ $< $(FUZZ_BUILD)/libglimpse.a $(LIBS)

@@ -1,5 +1,6 @@
 #!/bin/sh
-# tests/fuzz/run.sh BUILD SECONDS -- run every fuzzer of `make fuzz` for a share of SECONDS.
+# tests/fuzz/run.sh BUILD SECONDS [SEED] -- run every fuzzer of `make fuzz` for a share of
+# SECONDS; SEED (default: from the clock) fixes the random choices, as `make test` does.
 #
 # The three libFuzzer targets (BUILD/fuzz_safetensors, fuzz_image, fuzz_idx) each mutate
 # their seeds in tests/corpus/<name>/ (read only) and keep what they find in
@@ -9,6 +10,7 @@
 set -u
 BUILD=$1
 SECONDS_ALL=$2
+SEED=${3:-$(date +%s)}
 share=$((SECONDS_ALL / 4))
 [ "$share" -ge 5 ] || share=5
 mkdir -p "$BUILD/crashes"
@@ -23,7 +25,7 @@ for t in safetensors image idx; do
   mkdir -p "$BUILD/corpus/$t"
   log="$BUILD/fuzz_$t.log"
   "$BUILD/fuzz_$t" -max_total_time="$share" -timeout=20 -rss_limit_mb=3072 -max_len=16384 \
-    -artifact_prefix="$BUILD/crashes/$t-" -print_final_stats=1 \
+    -artifact_prefix="$BUILD/crashes/$t-" -print_final_stats=1 -seed="$SEED" \
     "$BUILD/corpus/$t" "tests/corpus/$t" > "$log" 2>&1
   rc=$?
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
@@ -41,7 +43,7 @@ done
 # only with FUZZ_API_LEAKS=1.
 log="$BUILD/fuzz_api.log"
 ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=${FUZZ_API_LEAKS:-0} \
-timeout -s KILL $((share + 60)) "$BUILD/glimpse" tests/fuzz/api.lua --seconds "$share" \
+timeout -s KILL $((share + 60)) "$BUILD/glimpse" tests/fuzz/api.lua --seconds "$share" --seed "$SEED" \
   --last "$BUILD/crashes/api-last-call.txt" > "$log" 2>&1
 rc=$?
 if [ "$rc" -ne 0 ]; then
