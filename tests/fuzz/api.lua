@@ -1,33 +1,60 @@
 -- tests/fuzz/api.lua -- the API fuzzer: calls glimpse's public functions, tensor methods,
 -- nn modules and optimizers with random and hostile arguments, for a given time.
 --
---   glimpse tests/fuzz/api.lua [--seconds 30] [--seed N] [--last FILE]
+--   mkdir /tmp/w && cd /tmp/w && glimpse REPO/tests/fuzz/api.lua --corpus REPO/tests/corpus \
+--       [--seconds 30] [--seed N] [--last FILE]
 --
--- It needs no LuaUnit: every call runs under pcall, and an error is the expected outcome of
--- most.  What it looks for is the process dying -- an ASan/UBSan report, a crash, a hang --
--- which `make fuzz` (tests/fuzz/run.sh) reports with the call that did it (--last FILE holds
+-- Run it in an empty directory (tests/fuzz/run.sh makes one; it refuses a folder with a
+-- Makefile): every path it hands out is a relative name in that directory -- copies of a few
+-- corpus files, names to write -- so whatever a fuzzed call writes lands there and nowhere
+-- else.  It needs no LuaUnit: every call runs under pcall, and an error is the expected
+-- outcome of most.  What it looks for is the process dying -- an ASan/UBSan report, a
+-- crash, a hang -- which `make fuzz` reports with the call that did it (--last FILE holds
 -- the call in progress).  At the end it prints how many calls ran and how many errors were
 -- internal Lua errors ("attempt to index a nil value ...") rather than messages naming the
 -- function, and which functions gave them.
 local glimpse = require "glimpse"
 
-local opts = {seconds = 30, seed = os.time(), last = nil}
+local opts = {seconds = 30, seed = os.time(), last = nil, corpus = nil}
 do
   local i = 1
   while arg and arg[i] do
     local k = arg[i]:match("^%-%-(.+)$")
-    if not k or opts[k] == nil and k ~= "last" then error("api.lua: unknown flag " .. arg[i], 0) end
-    opts[k] = k == "last" and arg[i + 1] or tonumber(arg[i + 1])
+    if k ~= "seconds" and k ~= "seed" and k ~= "last" and k ~= "corpus" then
+      error("api.lua: unknown flag " .. arg[i], 0)
+    end
+    opts[k] = (k == "last" or k == "corpus") and arg[i + 1] or tonumber(arg[i + 1])
     i = i + 2
   end
 end
 
+local function file_exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+if file_exists("Makefile") or file_exists(".git") then
+  error("api.lua: run it in an empty directory (fuzzed calls write files where they run)", 0)
+end
+if not opts.corpus then error("api.lua: --corpus DIR (tests/corpus) is required", 0) end
+
 local CALL_SECONDS = 3          -- a Lua-side loop running longer than this is stopped
 local MAX_ELEMS = 4096          -- tensors made here stay small; the hostile part is the rest
-local TMP = os.tmpname()        -- a file path functions may write (removed at the end)
-os.remove(TMP)
-local TMP_DIR = TMP .. ".d"
-os.execute("mkdir -p '" .. TMP_DIR .. "'")
+
+-- copies of corpus files, by their plain names, in this directory
+local COPIES = {"image/seed_rgb.png", "image/bomb.jpg", "image/png_bad_crc.png",
+                "image/seed.gif", "safetensors/seed.safetensors", "idx/seed_u8.idx"}
+for i, rel in ipairs(COPIES) do
+  local f = assert(io.open(opts.corpus .. "/" .. rel, "rb"))
+  local bytes = f:read("a")
+  f:close()
+  COPIES[i] = rel:match("[^/]+$")
+  f = assert(io.open(COPIES[i], "wb"))
+  f:write(bytes)
+  f:close()
+end
+os.execute("mkdir -p sub")
 
 math.randomseed(opts.seed)
 local R = math.random
@@ -43,11 +70,8 @@ local FLOATS = {0.5, -0.5, 0.0, -0.0, 1e-45, 1e308, -1e308, 0 / 0, math.huge, -m
                 1e7, 3.5, 2 ^ 53}
 local STRINGS = {"", "x", "mean", "sum", "none", "soft", "hard", "additive", "dot",
                  "scaled_dot", "general", "concat", "cosine", "bilinear", "nearest", "jet",
-                 "png", "\0", string.rep("a", 5000), "%s%n", "../../etc/passwd", TMP,
-                 TMP .. ".png", TMP .. ".safetensors", TMP_DIR .. "/", "/nonexistent/x",
-                 "tests/corpus/image/seed_rgb.png", "tests/corpus/image/bomb.jpg",
-                 "tests/corpus/safetensors/seed.safetensors", "tests/corpus/idx/seed_u8.idx",
-                 "tests/corpus/image/png_bad_crc.png", "/dev/null", "/proc/self/status"}
+                 "png", "\0", string.rep("a", 5000), "%s%n", "out", "out.png", "out.jpg",
+                 "out.safetensors", "sub/", "sub", "missing/x", table.unpack(COPIES)}
 local KEYS = {"reduction", "dim", "keepdim", "channels", "max_pixels", "beam", "max_len",
               "mask", "ignore_index", "label_smoothing", "padding", "stride", "dilation",
               "groups", "bias", "eps", "momentum", "lr", "weight_decay", "heads", "causal",
@@ -121,7 +145,8 @@ end
 -- ---------------------------------------------------------------------------------------
 -- what gets called
 
--- Functions left out: they take over the terminal or the process, write outside TMP, or
+-- Functions left out: they take over the terminal or the process, write outside the work
+-- directory (experiment and report folders), or
 -- loop for as long as their arguments say (training and experiment runners).
 local SKIP = {repl = true, progress = true, experiment = true, train = true, report = true,
               util = true, viz = true, captioner = true, models = true, draw = true,
@@ -283,10 +308,6 @@ while true do
   end
 end
 
-os.remove(TMP)
-os.remove(TMP .. ".png")
-os.remove(TMP .. ".safetensors")
-os.execute("rm -rf '" .. TMP_DIR .. "'")
 if last then last:close(); os.remove(opts.last) end
 
 local fns = {}

@@ -41,11 +41,16 @@ done
 # The bindings still leak temporaries when an argument check raises (bindings/l_ops.c, the
 # other half of issue 13); until they keep them in Lua-owned boxes the API run checks leaks
 # only with FUZZ_API_LEAKS=1.
-log="$BUILD/fuzz_api.log"
-ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=${FUZZ_API_LEAKS:-0} \
-timeout -s KILL $((share + 60)) "$BUILD/glimpse" tests/fuzz/api.lua --seconds "$share" --seed "$SEED" \
-  --last "$BUILD/crashes/api-last-call.txt" > "$log" 2>&1
+# It runs in a fresh empty directory: whatever the fuzzed calls write lands there.
+root=$(pwd)
+log="$root/$BUILD/fuzz_api.log"
+work=$(mktemp -d /tmp/glimpse-api-fuzz.XXXXXX)
+(cd "$work" && ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=${FUZZ_API_LEAKS:-0} \
+  timeout -s KILL $((share + 60)) "$root/$BUILD/glimpse" "$root/tests/fuzz/api.lua" \
+    --corpus "$root/tests/corpus" --seconds "$share" --seed "$SEED" \
+    --last "$root/$BUILD/crashes/api-last-call.txt") > "$log" 2>&1
 rc=$?
+rm -rf "$work"
 if [ "$rc" -ne 0 ]; then
   echo "fuzz api: FAILED (exit $rc), last call in $BUILD/crashes/api-last-call.txt, see $log"
   tail -40 "$log"
