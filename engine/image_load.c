@@ -309,17 +309,17 @@ static uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Read the whole file (the formats stb reads here are uncompressed or RLE, so their sizes
- * are checked against it; the file is at most a few times the cap). */
-static unsigned char *slurp(const job *j, int *st) {
+/* The first n bytes of the file: all of it for a load (the formats stb reads here are
+ * checked against their whole data), a header's worth for image.info. */
+static unsigned char *slurp(const job *j, size_t n, int *st) {
   *st = GL_OK;
-  unsigned char *b = malloc(j->fsize ? j->fsize : 1);
+  unsigned char *b = malloc(n ? n : 1);
   if (!b) {
-    *st = gl_fail(GL_ENOMEM, "%s: %s: out of memory for %zu bytes", j->op, j->path, j->fsize);
+    *st = gl_fail(GL_ENOMEM, "%s: %s: out of memory for %zu bytes", j->op, j->path, n);
     return NULL;
   }
   rewind(j->f);
-  if (fread(b, 1, j->fsize, j->f) != j->fsize) {
+  if (fread(b, 1, n, j->f) != n) {
     *st = gl_fail(GL_EIO, "%s: %s: read failed", j->op, j->path);
     free(b);
     return NULL;
@@ -448,17 +448,21 @@ static const char *stb_reason(void) {
   return r ? r : "unknown error";
 }
 
+/* header bytes enough for stb's info on BMP (up to a v5 header), TGA and GIF */
+#define STB_HEADER_BYTES 4096
+
 static int stb_decode(const job *j, int kind, int want, pixels *out, int *comp) {
   int st;
   /* BMP and TGA hold at most 4 bytes a pixel plus a palette: a bigger file is not one */
-  size_t cap = j->cap ? j->cap : gl_image_max_pixels();
-  if (kind != 'G' && cap < SIZE_MAX / 8 && j->fsize > cap * 4 + ((size_t)1 << 20))
+  if (j->cap && kind != 'G' && j->cap < SIZE_MAX / 8 &&
+      j->fsize > j->cap * 4 + ((size_t)1 << 20))
     return gl_fail(GL_EFORMAT, "%s: %s: file of %zu bytes is larger than any image within the "
-                   "cap of %zu pixels", j->op, j->path, j->fsize, cap);
-  unsigned char *b = slurp(j, &st);
+                   "cap of %zu pixels", j->op, j->path, j->fsize, j->cap);
+  size_t n = j->cap || j->fsize < STB_HEADER_BYTES ? j->fsize : STB_HEADER_BYTES;
+  unsigned char *b = slurp(j, n, &st);
   if (!b) return st;
   int w, h;
-  if (!stbi_info_from_memory(b, (int)j->fsize, &w, &h, comp)) {
+  if (!stbi_info_from_memory(b, (int)n, &w, &h, comp)) {
     free(b);
     if (kind == 'T')     /* no magic number and nothing recognised it */
       return gl_fail(GL_EFORMAT, "%s: %s: not a PNG, JPEG, BMP, TGA or GIF image (%s)", j->op,

@@ -145,9 +145,8 @@ end
 -- ---------------------------------------------------------------------------------------
 -- what gets called
 
--- Functions left out: they take over the terminal or the process, write outside the work
--- directory (experiment and report folders), or
--- loop for as long as their arguments say (training and experiment runners).
+-- Left out: what takes over the terminal or the process, writes outside the work directory
+-- (experiment and report folders), or loops as long as its arguments say (training runners).
 local SKIP = {repl = true, progress = true, experiment = true, train = true, report = true,
               util = true, viz = true, captioner = true, models = true, draw = true,
               planar = true, set_num_threads = true, no_grad = false}
