@@ -187,6 +187,7 @@ done:
 typedef struct {
   struct jpeg_decompress_struct cinfo;
   struct jpeg_error_mgr jerr;
+  struct jpeg_progress_mgr progress;
   jmp_buf jb;
   char msg[JMSG_LENGTH_MAX];
   unsigned char *px;
@@ -216,6 +217,19 @@ static void jpg_on_message(j_common_ptr c, int level) {
 
 static void jpg_quiet(j_common_ptr c) { (void)c; }
 
+/* A progressive JPEG may repeat scans without end, each a pass over every coefficient: a
+ * few KB can cost minutes.  Real files have at most a few dozen scans. */
+#define JPEG_MAX_SCANS 500
+
+static void jpg_progress(j_common_ptr c) {
+  j_decompress_ptr d = (j_decompress_ptr)c;
+  if (c->is_decompressor && d->input_scan_number > JPEG_MAX_SCANS) {
+    jpg_state *s = c->client_data;
+    snprintf(s->msg, sizeof s->msg, "more than %d scans", JPEG_MAX_SCANS);
+    longjmp(s->jb, 1);
+  }
+}
+
 static int jpg_decode(const job *j, pixels *out, int *comp) {
   jpg_state *s = calloc(1, sizeof *s);
   if (!s) return gl_fail(GL_ENOMEM, "%s: %s: out of memory", j->op, j->path);
@@ -231,6 +245,8 @@ static int jpg_decode(const job *j, pixels *out, int *comp) {
   }
   s->cinfo.client_data = s;               /* jpeg_create_decompress keeps it */
   jpeg_create_decompress(&s->cinfo);
+  s->progress.progress_monitor = jpg_progress;
+  s->cinfo.progress = &s->progress;
   jpeg_stdio_src(&s->cinfo, j->f);
   jpeg_read_header(&s->cinfo, TRUE);
   int ncomp = s->cinfo.num_components;

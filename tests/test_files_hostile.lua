@@ -51,6 +51,11 @@ function T.test_jpeg_huffman_counts_past_256_are_refused()
   image_refused("jpeg_huffman_over_256.jpg", "Bogus Huffman table")
 end
 
+function T.test_jpeg_with_endless_scans_stops_at_the_scan_limit()
+  image_refused("jpeg_many_scans.jpg", "more than 500 scans")
+  lu.assertEquals(image.load(path("image", "seed_progressive.jpg")).shape, {1, 8, 8})
+end
+
 function T.test_png_with_an_empty_idat_chunk_loads()
   local img = image.load(path("image", "png_empty_idat.png"))
   local ref = image.load(path("image", "seed_rgb.png"))
@@ -107,6 +112,7 @@ function T.test_valid_seeds_of_every_format_load()
     ["seed_rgb.png"] = {3, 12, 10}, ["seed_rgba.png"] = {3, 6, 7}, ["seed_grey.png"] = {1, 9, 5},
     ["seed_rgb.jpg"] = {3, 16, 16}, ["seed_grey.jpg"] = {3, 8, 24}, ["seed_rgb.bmp"] = {3, 5, 7},
     ["seed_rgba.tga"] = {3, 4, 6}, ["seed_grey.tga"] = {1, 6, 3}, ["seed.gif"] = {3, 2, 2},
+    ["seed_progressive.jpg"] = {1, 8, 8},
   }
   for name, shape in pairs(want) do
     lu.assertEquals(image.load(path("image", name)).shape, shape, name)

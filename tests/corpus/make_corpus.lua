@@ -159,6 +159,22 @@ function M.files()
     img["bomb.jpg"] = jpg:sub(1, at + 4) .. string.pack(">I2I2", 8000, 8000) .. jpg:sub(at + 9)
   end
   img["jpeg_truncated.jpg"] = jpg:sub(1, #jpg * 2 // 3)
+  -- an 8x8 grey progressive JPEG (stb_image_write writes only baseline): written once by
+  -- PIL 9.4 (Image.save(progressive=True, quality=50)) and kept here as hex
+  local prog = ("ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a1816"
+    .. "16183123251d283a333d3c3933383740485c4e404457453738506d51575f626768673e4d71797064785c6567"
+    .. "63ffc2000b080008000801011100ffc40014000100000000000000000000000000000001ffda000801010000"
+    .. "00017fffc40017100100030000000000000000000000000001020304ffda0008010100010502ce15c3ffc400"
+    .. "1810000203000000000000000000000000000001021231ffda0008010100063f02bcb11fffc4001710010003"
+    .. "0000000000000000000000000001001131ffda0008010100013f215b836cffda00080101000000107fffc400"
+    .. "1a100002020300000000000000000000000001114161002131ffda0008010100013f10d6a4519a0e4f059cff"
+    .. "d9"):gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)
+  img["seed_progressive.jpg"] = prog
+  do                   -- then 600 more first-pass AC scans (Ah = Al = 0, so no warning each)
+    local last = prog:sub(290, 307)                           -- the final scan: SOS + data
+    local again = last:sub(1, 9) .. "\0" .. last:sub(11)
+    img["jpeg_many_scans.jpg"] = prog:sub(1, 307) .. again:rep(600) .. prog:sub(308)
+  end
 
   local bmp = img["seed_rgb.bmp"]
   img["bomb.bmp"] = bmp:sub(1, 18) .. string.pack("<i4i4", 8000, 8000) .. bmp:sub(27, 54)
