@@ -319,11 +319,13 @@ int gl_read_idx_info(const char *path, gl_idx_info *info);
 int gl_read_idx(gl_tensor **out, const char *path, size_t offset, size_t limit, int scale);
 
 /* ------------------------------------------------------------------------ */
-/* images (image.c): stb_image load/save/resize, crops, grids, heatmaps, overlays.
- * Images are (C,H,W) float32 in [0,1] (or (H,W) grey; (B,C,H,W) where noted); no op here
- * records a graph. */
+/* images: image_load.c reads files (libpng, libjpeg-turbo, stb_image for BMP/TGA/GIF, all
+ * behind checks that treat the file as hostile); image.c saves, resizes, crops, grids,
+ * heatmaps, overlays.  Images are (C,H,W) float32 in [0,1] (or (H,W) grey; (B,C,H,W) where
+ * noted); no op here records a graph. */
 
-size_t gl_image_max_pixels(void);             /* decode cap, default 64 Mpixel */
+#define GL_IMAGE_MAX_PIXELS ((size_t)1 << 25)   /* default decode cap: 32 Mpixel */
+size_t gl_image_max_pixels(void);             /* the decode cap */
 size_t gl_image_set_max_pixels(size_t n);     /* returns the previous cap */
 int gl_image_info(const char *path, int *w, int *h, int *comp);
 /* channels 0: grey stays 1, colour 3 (alpha dropped); 1/3/4 force.  cap 0: the global cap.

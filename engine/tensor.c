@@ -179,15 +179,20 @@ int gl_check_shape(const char *op, int ndim, const int *shape, size_t *numel) {
   if (ndim < 0 || ndim > GL_MAX_DIMS)
     return gl_fail(GL_EARG, "%s: %d dims (at most %d)", op, ndim, GL_MAX_DIMS);
   size_t n = 1;
+  int zero = 0;    /* a zero anywhere makes an empty tensor, whatever the other sizes */
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0)
       return gl_fail(GL_EARG, "%s: size %d of dim %d is negative in %s", op, shape[i], i + 1,
                      gl_shape_str(b, sizeof b, ndim, shape));
-    if (shape[i] > 0 && n > GL_MAX_NUMEL / (size_t)shape[i])
+    zero |= shape[i] == 0;
+  }
+  for (int i = 0; i < ndim && !zero; i++) {
+    if (n > GL_MAX_NUMEL / (size_t)shape[i])
       return gl_fail(GL_ENOMEM, "%s: shape %s is too large (more than %zu elements)", op,
                      gl_shape_str(b, sizeof b, ndim, shape), GL_MAX_NUMEL);
     n *= (size_t)shape[i];
   }
+  if (zero) n = 0;
   if (numel) *numel = n;
   return GL_OK;
 }

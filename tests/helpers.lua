@@ -14,7 +14,7 @@
 --   H.tmpdir() -> path      a fresh directory, removed when the suite ends (tests/run.lua
 --                           calls H.cleanup) or by H.rmdir(path)
 --   H.read_file(path) -> s  (nil when the file cannot be opened), H.write_file(path, s)
---   H.sh_quote(s) -> s quoted for a POSIX shell
+--   H.sh_quote(s) -> s quoted for a POSIX shell;  H.ls(dir) -> sorted names in dir
 --   H.browser_check(page, width) -> {images=, broken=, list=, scroll=, inner=, body=}: the page
 --       (an index.html) as headless Chromium shows it in a window `width` px wide, through a
 --       copy with a check script added; skips the test without chromium (fails under CI=true)
@@ -142,6 +142,18 @@ function H.write_file(p, s)
   local f = assert(io.open(p, "wb"))
   f:write(s)
   f:close()
+end
+
+--- H.ls(dir) -> the sorted names in dir (hidden ones too, not . and ..)
+function H.ls(d)
+  local names = {}
+  local p = io.popen("ls -a " .. H.sh_quote(d))
+  for n in p:lines() do
+    if n ~= "." and n ~= ".." then names[#names + 1] = n end
+  end
+  p:close()
+  table.sort(names)
+  return names
 end
 
 local CHECK_SCRIPT = [[<script>
