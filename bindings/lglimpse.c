@@ -54,17 +54,52 @@ int lg_error(lua_State *L, const char *fname) {
   return luaL_error(L, "%s: %s", fname, msg);
 }
 
-int lg_checkint(lua_State *L, int i) {
-  lua_Integer v;
+lua_Integer lg_checkinteger(lua_State *L, int i, lua_Integer lo, lua_Integer hi) {
   int isnum = 0;
-  v = lua_tointegerx(L, i, &isnum);
+  lua_Integer v = lua_tointegerx(L, i, &isnum);
   if (!isnum) {
     if (lua_type(L, i) == LUA_TNUMBER)
       luaL_argerror(L, i, lua_pushfstring(L, "integer expected, got %f", lua_tonumber(L, i)));
     luaL_argerror(L, i, lua_pushfstring(L, "integer expected, got %s", luaL_typename(L, i)));
   }
-  if (v < -2147483647 || v > 2147483647) luaL_argerror(L, i, "integer out of range");
-  return (int)v;
+  if (v < lo || v > hi)
+    luaL_argerror(L, i, lua_pushfstring(L, "integer %I out of range [%I, %I]", (LUAI_UACINT)v,
+                                        (LUAI_UACINT)lo, (LUAI_UACINT)hi));
+  return v;
+}
+
+lua_Integer lg_optinteger(lua_State *L, int i, lua_Integer def, lua_Integer lo, lua_Integer hi) {
+  return lua_isnoneornil(L, i) ? def : lg_checkinteger(L, i, lo, hi);
+}
+
+int lg_checkint(lua_State *L, int i) {
+  return (int)lg_checkinteger(L, i, -2147483647, 2147483647);
+}
+
+lua_Integer lg_optfield_integer(lua_State *L, int t, const char *key, lua_Integer def,
+                                lua_Integer lo, lua_Integer hi, const char *fname) {
+  if (!lua_istable(L, t)) return def;
+  lua_getfield(L, t, key);
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return def; }
+  int isnum = 0;
+  lua_Integer v = lua_tointegerx(L, -1, &isnum);
+  if (!isnum || v < lo || v > hi)
+    luaL_error(L, "%s: option '%s' must be an integer in [%I, %I], got %s", fname, key,
+               (LUAI_UACINT)lo, (LUAI_UACINT)hi, luaL_tolstring(L, -1, NULL));
+  lua_pop(L, 1);
+  return v;
+}
+
+double lg_optfield_number(lua_State *L, int t, const char *key, double def, const char *fname) {
+  if (!lua_istable(L, t)) return def;
+  lua_getfield(L, t, key);
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return def; }
+  int isnum = 0;
+  lua_Number v = lua_tonumberx(L, -1, &isnum);
+  if (!isnum)
+    luaL_error(L, "%s: option '%s' must be a number, got %s", fname, key, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return v;
 }
 
 int lg_checkdim(lua_State *L, int i, int ndim) {
@@ -177,21 +212,14 @@ static void table_fill(lua_State *L, int i, int depth, int ndim, const int *shap
   }
 }
 
-gl_tensor *lg_to_tensor(lua_State *L, int i) {
-  gl_tensor *t = lg_test(L, i);
-  if (t) {
-    gl_retain(t);
-    return t;
-  }
+/* Push a new box holding argument i converted to a tensor (number or nested table). */
+static gl_tensor *push_converted(lua_State *L, int i) {
   i = lua_absindex(L, i);
   if (lua_type(L, i) == LUA_TNUMBER) {
     float v = (float)lua_tonumber(L, i);
     gl_tensor **box = lg_newbox(L);
     LG_TRY(L, "tensor", gl_from_data(box, 0, NULL, &v));
-    t = *box;
-    gl_retain(t);
-    lua_pop(L, 1);
-    return t;
+    return *box;
   }
   if (luaL_testudata(L, i, LG_TENSOR)) luaL_argerror(L, i, "tensor was closed");
   if (!lua_istable(L, i))
@@ -203,8 +231,30 @@ gl_tensor *lg_to_tensor(lua_State *L, int i) {
   LG_TRY(L, "tensor", gl_empty(box, ndim, shape));
   float *p = (*box)->data;
   table_fill(L, i, 0, ndim, shape, &p);
-  t = *box;
-  gl_retain(t);
+  return *box;
+}
+
+gl_tensor *lg_arg(lua_State *L, int i) {
+  i = lua_absindex(L, i);
+  gl_tensor *t = lg_test(L, i);
+  if (t) return t;
+  t = push_converted(L, i);
+  lua_replace(L, i);
+  return t;
+}
+
+gl_tensor *lg_optarg(lua_State *L, int i) {
+  return lua_isnoneornil(L, i) ? NULL : lg_arg(L, i);
+}
+
+gl_tensor *lg_to_tensor(lua_State *L, int i) {
+  gl_tensor *t = lg_test(L, i);
+  if (t) {
+    gl_retain(t);
+    return t;
+  }
+  t = push_converted(L, i);
+  gl_retain(t);      /* the caller's reference; the box drops its own when collected */
   lua_pop(L, 1);
   return t;
 }
@@ -226,12 +276,13 @@ static void push_table(lua_State *L, const gl_tensor *t, int depth, size_t *off)
 static int l_tensor(lua_State *L) {
   if (lua_gettop(L) < 1) luaL_argerror(L, 1, "table, number or tensor expected");
   gl_tensor *src = lg_test(L, 1);
-  gl_tensor **box = lg_newbox(L);
   if (src) {
+    gl_tensor **box = lg_newbox(L);
     LG_TRY(L, "tensor", gl_clone(box, src));
     return 1;
   }
-  *box = lg_to_tensor(L, 1);
+  lg_arg(L, 1);        /* the converted tensor's box replaces argument 1 */
+  lua_settop(L, 1);
   return 1;
 }
 
@@ -671,10 +722,19 @@ static int m_newindex(lua_State *L) {
     if (!strcmp(k, "grad")) {
       if (lua_isnil(L, 3)) { gl_release(t->grad); t->grad = NULL; return 0; }
       gl_tensor *g = lg_check(L, 3);
-      if (!gl_same_shape(g, t)) luaL_error(L, "grad: shape of the gradient differs from the tensor's");
-      gl_retain(g);
+      if (!gl_same_shape(g, t)) {
+        char b1[128], b2[128];
+        luaL_error(L, "grad: a gradient of shape %s for a tensor of shape %s",
+                   gl_shape_str(b1, sizeof b1, g->ndim, g->shape),
+                   gl_shape_str(b2, sizeof b2, t->ndim, t->shape));
+      }
+      /* .grad keeps a new header over g's storage, outside any graph: holding g itself
+       * would make a reference cycle when g is t (x.grad = x), has a .grad of its own or
+       * was computed from t, and refcounts never free a cycle */
+      gl_tensor *a = gl_alias(g);
+      if (!a) luaL_error(L, "grad: out of memory");
       gl_release(t->grad);
-      t->grad = g;
+      t->grad = a;
       return 0;
     }
     return luaL_error(L, "newindex: cannot set field '%s' of a tensor", k);
@@ -688,10 +748,8 @@ static int m_newindex(lua_State *L) {
   if (lua_type(L, 3) == LUA_TNUMBER) {
     LG_TRY(L, "newindex", gl_fill_(dst, (float)lua_tonumber(L, 3)));
   } else {
-    gl_tensor *src = lg_to_tensor(L, 3);
-    int st = gl_copy_(dst, src);
-    gl_release(src);
-    if (st) lg_error(L, "newindex");
+    gl_tensor *src = lg_arg(L, 3);
+    LG_TRY(L, "newindex", gl_copy_(dst, src));
   }
   return 0;
 }

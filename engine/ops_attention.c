@@ -21,7 +21,8 @@
  *   ctx_bd   = sum_l alpha_bl values_bld
  *
  * Masked positions (m == 0) get exactly zero weight and a row with every position masked is
- * all zeros.  The ops have two outputs, ctx (B,Dv) and alpha (B,L); gradients flow from both.
+ * all zeros (weights and context).  A NaN (or +inf) score among the visible positions makes
+ * the row's weights and context NaN, as in PyTorch, instead of passing for a masked row.  The ops have two outputs, ctx (B,Dv) and alpha (B,L); gradients flow from both.
  *
  * The multi-head core, gl_attn_mh_probs, computes softmax(scale Q K^T + masks) for all heads
  * and batch items with one batched sgemm forward and two backward.
@@ -79,20 +80,34 @@ static int check_tail(const char *op, const gl_tensor *values, const gl_tensor *
 }
 
 /* out[0..n) = the softmax of scale * in[j] over the positions j < lim that mask (NULL: every
- * one) leaves visible, 0 elsewhere; all zeros when nothing is visible.  in == out is fine.
- * Straight passes over the row (max, exp, mask select, sum, scale), so each vectorises. */
+ * one) leaves visible, 0 elsewhere; all zeros when nothing is visible (every position masked
+ * or every visible score -inf).  A NaN among the visible scores, or a +inf (exp(inf - inf)),
+ * makes every visible weight NaN, as PyTorch's softmax does: a diverging model must not look
+ * like a masked one.  in == out is fine.  Straight passes over the row (max, exp, mask
+ * select, sum, scale), so each vectorises. */
 static void softmax_row(const float *in, float *out, int n, int lim, const float *mask,
                         float scale) {
   float mx = -INFINITY;
+  int nan = 0;
   if (mask) {
-    for (int j = 0; j < lim; j++)
-      if (mask[j] != 0 && in[j] * scale > mx) mx = in[j] * scale;
+    for (int j = 0; j < lim; j++) {
+      float x = in[j] * scale;
+      if (mask[j] != 0) { nan |= x != x; mx = x > mx ? x : mx; }
+    }
   } else {
-    for (int j = 0; j < lim; j++)
-      if (in[j] * scale > mx) mx = in[j] * scale;
+    for (int j = 0; j < lim; j++) {
+      float x = in[j] * scale;
+      nan |= x != x;
+      mx = x > mx ? x : mx;
+    }
   }
-  if (mx == -INFINITY) {
+  if (mx == -INFINITY && !nan) {
     memset(out, 0, sizeof(float) * (size_t)n);
+    return;
+  }
+  if (nan || mx == INFINITY) {
+    for (int j = 0; j < lim; j++) out[j] = mask && mask[j] == 0 ? 0.0f : NAN;
+    for (int j = lim; j < n; j++) out[j] = 0.0f;
     return;
   }
   for (int j = 0; j < lim; j++) out[j] = vm_exp(in[j] * scale - mx);
@@ -124,8 +139,9 @@ static void tail_forward(const tail_geom *g, const float *e, const float *mask,
         pb[l] = x;
         sum += x;
       }
-      float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-      for (int l = 0; l < L; l++) pb[l] *= inv;
+      /* NaN scores give NaN sigmoids and a NaN sum: every visible weight NaN */
+      float inv = sum > 0 ? (float)(1.0 / sum) : sum == 0 ? 0.0f : NAN;
+      for (int l = 0; l < L; l++) pb[l] = mb && mb[l] == 0 ? 0.0f : pb[l] * inv;
     }
     float *ab = alpha + (size_t)b * L;
     if (prior) {

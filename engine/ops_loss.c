@@ -74,18 +74,25 @@ int gl_softmax(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *mask) {
     for (size_t i = 0; i < inner; i++) {
       size_t base = o * len * inner + i;
       float mx = -INFINITY;
+      int nan = 0;
       for (size_t j = 0; j < len; j++) {
         size_t k = base + j * inner;
-        if ((!mk || mk[k] != 0) && x[k] > mx) mx = x[k];
+        if (mk && mk[k] == 0) continue;
+        nan |= x[k] != x[k];
+        if (x[k] > mx) mx = x[k];
       }
+      /* a NaN or +inf among the visible entries: every visible output NaN (PyTorch's
+       * softmax gives NaN there too); nothing visible or all -inf: zeros */
+      int bad = nan || mx == INFINITY;
       double s = 0;
       for (size_t j = 0; j < len; j++) {
         size_t k = base + j * inner;
-        float e = (mk && mk[k] == 0) || mx == -INFINITY ? 0.0f : expf(x[k] - mx);
+        float e = (mk && mk[k] == 0) || (mx == -INFINITY && !bad) ? 0.0f
+                  : bad ? NAN : expf(x[k] - mx);
         y[k] = e;
         s += e;
       }
-      float inv = s > 0 ? (float)(1.0 / s) : 0.0f;
+      float inv = bad ? 1.0f : s > 0 ? (float)(1.0 / s) : 0.0f;
       for (size_t j = 0; j < len; j++) y[base + j * inner] *= inv;
     }
   gl_release(m);
@@ -106,6 +113,9 @@ static int log_softmax_backward(gl_node *n, gl_tensor **gout) {
   for (size_t o = 0; o < outer; o++)
     for (size_t i = 0; i < inner; i++) {
       size_t base = o * len * inner + i;
+      float ymax = -INFINITY;
+      for (size_t j = 0; j < len; j++) ymax = y[base + j * inner] > ymax ? y[base + j * inner] : ymax;
+      if (ymax == -INFINITY) continue;   /* a fully masked row: no gradient, as softmax's */
       double s = 0;
       for (size_t j = 0; j < len; j++) s += d[base + j * inner];
       for (size_t j = 0; j < len; j++) {
@@ -133,6 +143,16 @@ int gl_log_softmax(gl_tensor **out, gl_tensor *a, int dim) {
       size_t base = o * len * inner + i;
       float mx = -INFINITY;
       for (size_t j = 0; j < len; j++) if (x[base + j * inner] > mx) mx = x[base + j * inner];
+      if (mx == -INFINITY) {
+        /* every entry -inf (a fully masked row): log of softmax's zeros, -inf everywhere,
+         * where PyTorch gives NaN (see docs/api/tensor.md); NaN entries fall through */
+        int nan = 0;
+        for (size_t j = 0; j < len; j++) nan |= x[base + j * inner] != x[base + j * inner];
+        if (!nan) {
+          for (size_t j = 0; j < len; j++) y[base + j * inner] = -INFINITY;
+          continue;
+        }
+      }
       double s = 0;
       for (size_t j = 0; j < len; j++) s += exp((double)x[base + j * inner] - mx);
       float lse = mx + (float)log(s);

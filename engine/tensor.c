@@ -342,12 +342,18 @@ float gl_rand_normal(void) {
 }
 
 int gl_uniform_(gl_tensor *t, float lo, float hi) {
+  if (!isfinite(lo) || !isfinite(hi) || lo > hi)
+    return gl_fail(GL_EARG, "uniform_: the range [%g, %g) needs finite bounds with low <= high",
+                   (double)lo, (double)hi);
   for (size_t i = 0; i < t->numel; i++) t->data[i] = lo + (hi - lo) * gl_rand_uniform();
   t->version++;
   return GL_OK;
 }
 
 int gl_normal_(gl_tensor *t, float mean, float std) {
+  if (!isfinite(mean) || !isfinite(std) || std < 0)
+    return gl_fail(GL_EARG, "normal_: mean %g and std %g must be finite with std >= 0",
+                   (double)mean, (double)std);
   for (size_t i = 0; i < t->numel; i++) t->data[i] = mean + std * gl_rand_normal();
   t->version++;
   return GL_OK;

@@ -483,6 +483,9 @@ local function better_hyp(a, b)
   return a.order < b.order
 end
 
+-- the widest beam decode.beam accepts (batch*beam rows of decoder state live at once)
+M.MAX_BEAM = 1024
+
 --- decode.beam(step, state, {beam=5, n_best=1, length_penalty=0, batch, start=2, stop=3,
 --                            max_len=100, min_len=0, logits=false, keep={}}) -> hyps
 -- Beam search over all B*beam hypotheses in one step call per time step.  At each step the
@@ -498,6 +501,10 @@ function M.beam(step, state, opts)
   local fname = "decode.beam"
   local c, o = common_opts(fname, step, state, opts)
   local K = positive_int(fname, o, "beam", 5, 2)
+  if K > M.MAX_BEAM then
+    error(string.format("decode.beam: opts.beam (%d) is larger than decode.MAX_BEAM (%d): the "
+                        .. "search keeps batch*beam rows of state", K, M.MAX_BEAM), 2)
+  end
   local n_best = positive_int(fname, o, "n_best", 1, 2)
   if n_best > K then
     error(string.format("decode.beam: opts.n_best (%d) cannot exceed opts.beam (%d)", n_best, K), 2)
