@@ -174,37 +174,40 @@ void lg_account(lua_State *L) {
 /* ------------------------------------------------------------------------ */
 /* tables <-> tensors */
 
-static void table_shape(lua_State *L, int i, int depth, int *ndim, int *shape) {
-  if (depth >= GL_MAX_DIMS) luaL_error(L, "tensor: table nested deeper than %d", GL_MAX_DIMS);
+/* Errors name the function being called and its argument `arg` (the table's position). */
+static void table_shape(lua_State *L, int arg, int i, int depth, int *ndim, int *shape) {
+  if (depth >= GL_MAX_DIMS)
+    luaL_argerror(L, arg, lua_pushfstring(L, "table nested deeper than %d", GL_MAX_DIMS));
   lua_Integer n = luaL_len(L, i);
-  if (n > 2147483647) luaL_error(L, "tensor: table too long");
+  if (n > 2147483647) luaL_argerror(L, arg, "table too long");
   shape[depth] = (int)n;
   *ndim = depth + 1;
   if (n == 0) return;
   lua_geti(L, i, 1);
-  if (lua_istable(L, -1)) table_shape(L, lua_gettop(L), depth + 1, ndim, shape);
+  if (lua_istable(L, -1)) table_shape(L, arg, lua_gettop(L), depth + 1, ndim, shape);
   lua_pop(L, 1);
 }
 
-static void table_fill(lua_State *L, int i, int depth, int ndim, const int *shape, float **p) {
+static void table_fill(lua_State *L, int arg, int i, int depth, int ndim, const int *shape,
+                       float **p) {
   lua_Integer n = luaL_len(L, i);
   if (n != shape[depth])
-    luaL_error(L, "tensor: ragged table: a row at depth %d has %d entries, expected %d",
-               depth + 1, (int)n, shape[depth]);
+    luaL_argerror(L, arg, lua_pushfstring(L, "ragged table: a row at depth %d has %d entries, "
+                                             "expected %d", depth + 1, (int)n, shape[depth]));
   for (lua_Integer k = 1; k <= n; k++) {
     lua_geti(L, i, k);
     if (depth + 1 < ndim) {
       if (!lua_istable(L, -1))
-        luaL_error(L, "tensor: ragged table: expected a table at depth %d, got %s", depth + 2,
-                   luaL_typename(L, -1));
-      table_fill(L, lua_gettop(L), depth + 1, ndim, shape, p);
+        luaL_argerror(L, arg, lua_pushfstring(L, "ragged table: expected a table at depth %d, "
+                                                 "got %s", depth + 2, luaL_typename(L, -1)));
+      table_fill(L, arg, lua_gettop(L), depth + 1, ndim, shape, p);
     } else {
       int isnum;
       lua_Number v = lua_tonumberx(L, -1, &isnum);
       if (!isnum) {
         if (lua_isboolean(L, -1)) v = lua_toboolean(L, -1);
-        else luaL_error(L, "tensor: expected a number at depth %d, got %s", depth + 1,
-                        luaL_typename(L, -1));
+        else luaL_argerror(L, arg, lua_pushfstring(L, "expected a number at depth %d, got %s",
+                                                   depth + 1, luaL_typename(L, -1)));
       }
       *(*p)++ = (float)v;
     }
@@ -226,11 +229,11 @@ static gl_tensor *push_converted(lua_State *L, int i) {
     luaL_argerror(L, i, lua_pushfstring(L, "tensor, number or table expected, got %s",
                                         luaL_typename(L, i)));
   int ndim = 0, shape[GL_MAX_DIMS];
-  table_shape(L, i, 0, &ndim, shape);
+  table_shape(L, i, i, 0, &ndim, shape);
   gl_tensor **box = lg_newbox(L);
   LG_TRY(L, "tensor", gl_empty(box, ndim, shape));
   float *p = (*box)->data;
-  table_fill(L, i, 0, ndim, shape, &p);
+  table_fill(L, i, i, 0, ndim, shape, &p);
   return *box;
 }
 
@@ -604,6 +607,15 @@ static int l_no_grad(lua_State *L) {
   return lua_gettop(L) - 1;
 }
 
+/* glimpse._fault(kind, nth): the nth next "node" allocation, "save" or "grad" buffer
+ * allocation of the tape fails as if out of memory (nth 0: off).  For the tests. */
+static int l_fault(lua_State *L) {
+  static const char *const kinds[] = {"node", "save", "grad", NULL};
+  int what = luaL_checkoption(L, 1, NULL, kinds);
+  gl_fault_inject(what, (int)lg_checkinteger(L, 2, 0, 1000000));
+  return 0;
+}
+
 static int l_set_grad_enabled(lua_State *L) {
   lua_pushboolean(L, gl_set_grad_enabled(lua_toboolean(L, 1)));
   return 1;
@@ -815,7 +827,7 @@ static const luaL_Reg module_fns[] = {
     {"memory", l_memory},     {"empty_cache", l_empty_cache},
     {"blas_info", l_blas_info}, {"set_num_threads", l_set_num_threads},
     {"get_num_threads", l_get_num_threads}, {"clock", l_clock},
-    {"_isatty", l_isatty},
+    {"_isatty", l_isatty},    {"_fault", l_fault},
     {NULL, NULL}};
 
 static const luaL_Reg methods[] = {

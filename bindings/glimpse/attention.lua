@@ -36,15 +36,25 @@ local function as_tensor(x)
   return glimpse.tensor(x)
 end
 
-local function check_tensor(x, what, dims, level)
+-- x must be a tensor (of `dims` dims when given); fname names the public function
+local function check_tensor(x, what, dims, level, fname)
+  fname = fname or "attention"
   if not glimpse.is_tensor(x) then
-    error(string.format("attention: %s must be a tensor, got %s", what, type(x)), level + 1)
+    error(string.format("%s: %s must be a tensor, got %s", fname, what, type(x)), level + 1)
   end
   if dims and x:dim() ~= dims then
-    error(string.format("attention: %s must have %d dims, got shape {%s}", what, dims,
+    error(string.format("%s: %s must have %d dims, got shape {%s}", fname, what, dims,
                         table.concat(x.shape, ",")), level + 1)
   end
   return x
+end
+
+-- opts must be a table or nil
+local function check_opts(opts, fname, level)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(string.format("%s: opts must be a table or nil, got %s", fname, type(opts)), level + 1)
+  end
+  return opts
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -55,7 +65,8 @@ end
 -- "sigmoid" (alpha = sig(e) / sum sig(e), the smoothing of Chorowski et al. 2015).
 -- Masked positions get exactly 0; a fully masked row is all zeros.
 function M.masked_softmax(e, mask, opts)
-  check_tensor(e, "scores", nil, 2)
+  check_tensor(e, "scores", nil, 2, "attention.masked_softmax")
+  check_opts(opts, "attention.masked_softmax", 2)
   mask = as_tensor(mask)
   local T = opts and opts.temperature or 1
   if T ~= 1 then e = e / T end
@@ -80,6 +91,8 @@ end
 
 --- attention.context(alpha (B,L), values (B,L,Dv)) -> ctx (B,Dv) = sum_l alpha_l values_l
 function M.context(alpha, values)
+  check_tensor(alpha, "alpha (B,L)", 2, 2, "attention.context")
+  check_tensor(values, "values (B,L,Dv)", 3, 2, "attention.context")
   local B, L = alpha.shape[1], alpha.shape[2]
   return alpha:reshape(B, 1, L):matmul(values):reshape(B, values.shape[3])
 end
@@ -106,6 +119,8 @@ end
 --- attention.scaled_dot(q (B,D), keys (B,L,D), values, mask, opts) -> ctx, alpha
 -- e_bl = q_b . k_bl / sqrt(D) (Vaswani et al. 2017).
 function M.scaled_dot(q, keys, values, mask, opts)
+  check_tensor(keys, "keys (B,L,D)", 3, 2, "attention.scaled_dot")
+  check_opts(opts, "attention.scaled_dot", 2)
   return C.dot(q, keys, values, as_tensor(mask), opts and opts.prior,
                1 / math.sqrt(keys.shape[3]), opts)
 end
@@ -321,6 +336,11 @@ end
 --- attention.predict_position(q (B,Dq), Wp (H,Dq), vp (H), lengths (B) tensor) -> p (B)
 -- local-p: p_t = S * sigmoid(vp^T tanh(Wp q)), S the source length of each row.
 function M.predict_position(q, Wp, vp, lengths)
+  local fname = "attention.predict_position"
+  check_tensor(q, "q (B,Dq)", 2, 2, fname)
+  check_tensor(Wp, "Wp (H,Dq)", 2, 2, fname)
+  check_tensor(vp, "vp (H)", 1, 2, fname)
+  check_tensor(lengths, "lengths (B)", nil, 2, fname)
   local H = vp.shape[1]
   local s = glimpse.linear(glimpse.linear(q, Wp):tanh(), vp:reshape(1, H)):sigmoid()
   return s:reshape(q.shape[1]) * lengths
@@ -361,6 +381,7 @@ end
 
 --- attention.entropy(alpha (B,L)) -> H (B) = -sum_l alpha_l log alpha_l (differentiable)
 function M.entropy(alpha)
+  check_tensor(alpha, "alpha (B,L)", 2, 2, "attention.entropy")
   return -(alpha * (alpha + LOG_EPS):log()):sum(2)
 end
 
@@ -369,7 +390,9 @@ end
 -- annotation values_(b,s_b), the 1-based positions, log alpha_(b,s_b) (differentiable: the
 -- REINFORCE term's d log p(s)) and the entropy of alpha (for the entropy bonus).
 function M.sample(alpha, values, opts)
-  check_tensor(alpha, "alpha", 2, 2)
+  check_tensor(alpha, "alpha", 2, 2, "attention.sample")
+  check_tensor(values, "values (B,L,Dv)", 3, 2, "attention.sample")
+  check_opts(opts, "attention.sample", 2)
   local B, Dv = alpha.shape[1], values.shape[3]
   local idx = glimpse.no_grad(function()
     local a = alpha:detach()
@@ -388,7 +411,7 @@ Baseline.__index = Baseline
 -- b.value is nil until the first update, which sets it to the first mean reward.
 function M.baseline(decay)
   decay = decay or 0.9
-  if decay < 0 or decay >= 1 then error("attention.baseline: decay must be in [0,1)", 2) end
+  if type(decay) ~= "number" or not (decay >= 0 and decay < 1) then error("attention.baseline: decay must be in [0,1)", 2) end
   return setmetatable({decay = decay, value = nil}, Baseline)
 end
 
@@ -550,6 +573,9 @@ end
 
 --- ntm.interpolate(wc (B,N), w_prev (B,N), g (B) or (B,1) in [0,1]) -> g wc + (1 - g) w_prev
 function ntm.interpolate(wc, w_prev, g)
+  check_tensor(wc, "wc (B,N)", 2, 2, "attention.ntm.interpolate")
+  check_tensor(w_prev, "w_prev (B,N)", 2, 2, "attention.ntm.interpolate")
+  if type(g) ~= "number" then check_tensor(g, "g (B) or a number", nil, 2, "attention.ntm.interpolate") end
   if type(g) ~= "number" then g = g:reshape(wc.shape[1], 1) end
   return wc * g + w_prev * (1 - g)
 end
@@ -564,6 +590,9 @@ ntm.sharpen = M.sharpen
 --- ntm.address(p, memory, w_prev) -> w (B,N): content, interpolation, shift, sharpening
 -- p = {key (B,D), beta (B), g (B), s (B,S), gamma (B)}, usually produced by the controller.
 function ntm.address(p, memory, w_prev)
+  if type(p) ~= "table" then
+    error("attention.ntm.address: p must be a table {key, beta, g, s, gamma}, got " .. type(p), 2)
+  end
   local w = ntm.content(p.key, memory, p.beta)
   if w_prev then w = ntm.interpolate(w, w_prev, p.g) end
   if p.s then w = ntm.shift(w, p.s) end
@@ -577,6 +606,10 @@ ntm.read = M.context
 --- ntm.write(memory (B,N,D), w (B,N), erase (B,D) in [0,1], add (B,D)) -> memory' (B,N,D)
 -- M~_i = M_i * (1 - w_i e) (eq. 3), M'_i = M~_i + w_i a (eq. 4).
 function ntm.write(memory, w, erase, add)
+  check_tensor(memory, "memory (B,N,D)", 3, 2, "attention.ntm.write")
+  check_tensor(w, "w (B,N)", 2, 2, "attention.ntm.write")
+  if erase ~= nil then check_tensor(erase, "erase (B,D)", 2, 2, "attention.ntm.write") end
+  if add ~= nil then check_tensor(add, "add (B,D)", 2, 2, "attention.ntm.write") end
   local B, N, D = memory.shape[1], memory.shape[2], memory.shape[3]
   local wc = w:reshape(B, N, 1)
   local m = memory
