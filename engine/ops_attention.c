@@ -27,7 +27,7 @@
  * The multi-head core, gl_attn_mh_probs, computes softmax(scale Q K^T + masks) for all heads
  * and batch items with one batched sgemm forward and two backward.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>

@@ -10,7 +10,7 @@
  * bindings/glimpse/attention.lua.  Sharpening works in log space (softmax of gamma log w~) so
  * large gamma never overflows and zero weights stay exactly zero.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * stays beside them as the oracle the tests hold both fast paths against.  Pooling keeps the argmax of each window (max) or spreads the
  * gradient evenly (average, padding counted in the divisor as PyTorch does by default).
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>

@@ -6,7 +6,7 @@
  * entries are 0, so nothing is ever materialised.  Backward computes the full-size product
  * and sums it back down to each input's shape (gl_sum_to_add).
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>

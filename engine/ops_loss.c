@@ -5,7 +5,7 @@
  * exp overflows.  A mask zeroes positions exactly (they never enter the normaliser), and a
  * row with every position masked is all zeros rather than NaN.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "ops_span.h"
 
 #include <math.h>

@@ -2,7 +2,7 @@
  * (...,M,K) @ (K,N)), with transposition flags the kernel takes itself, and the Linear
  * layer x W^T + b as one op.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <string.h>
 

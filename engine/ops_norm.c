@@ -7,7 +7,7 @@
  * mean and rstd are saved for backward.  Batch norm's running statistics are updated in place
  * in training mode (PyTorch's rule: the running variance takes the unbiased estimate).
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <math.h>
 #include <string.h>

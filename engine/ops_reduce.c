@@ -4,7 +4,7 @@
  * A reduction over dim d sees the tensor as (outer, n, inner) and writes (outer, inner).
  * Sums accumulate in double so a mean over a large tensor does not drift.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "ops_span.h"
 
 #include <float.h>

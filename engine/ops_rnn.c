@@ -22,7 +22,7 @@
  * reduction and a polynomial, accurate to about 1 ulp) so the gate loops vectorise; libm's
  * scalar tanhf/expf would cost more than the sgemm at these sizes.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * permute, narrow or select on an inner dim) copies.  Also the indexing ops: index_select,
  * gather, scatter_add, embedding, and cat / stack / expand.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "ops_span.h"
 
 #include <math.h>

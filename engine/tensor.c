@@ -4,7 +4,7 @@
  * training loop, which asks for the same sizes every step, stops calling malloc after its
  * first step; headers and storages come from free lists for the same reason.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -156,7 +156,6 @@ static gl_tensor *header_new(void) {
   return t;
 }
 
-void gl_node_release(gl_node *n);   /* autograd.c */
 
 void gl_retain(gl_tensor *t) {
   if (t) t->refs++;
