@@ -76,7 +76,8 @@ void gl_node_release(gl_node *n) {
 gl_node *gl_record(const gl_op *op, int nin, gl_tensor *const *in, int nout, gl_tensor **outs) {
   if (!gl_needs_grad(nin, in)) return NULL;
   gl_node *n = NULL;
-  if (!fault(GL_FAULT_NODE)) {
+  /* (more inputs or outputs than a node holds is an op's bug; it loses the graph loudly) */
+  if (nin <= GL_MAX_INPUTS && nout <= GL_MAX_OUTPUTS && !fault(GL_FAULT_NODE)) {
     n = free_nodes;
     if (n) free_nodes = n->ctx;
     else n = malloc(sizeof *n);
