@@ -10,9 +10,8 @@
  *   softmax_state *s = GL_NODE_STATE(n, softmax_state);   (forward: fill it; backward: read)
  *
  * GL_NODE_STATE checks at compile time that the struct fits GL_NODE_STATE_BYTES.  Ops that
- * need more (variable-length plans) use n->ctx with n->ctx_free.  The older untyped slots
- * n->ints / n->floats remain for the op families not yet moved to typed structs (see
- * /work/notes/issue-13.md for the list).
+ * need more (variable-length plans) use n->ctx with n->ctx_free.  Every op family keeps its
+ * scalars this way (there are no untyped integer slots).
  *
  * Errors inside the tape are never silent: a node that could not be allocated, a tensor that
  * could not be saved (allocation failure or more than GL_MAX_SAVED) and a gradient buffer
@@ -47,8 +46,6 @@ struct gl_node {
   int out_shape[GL_MAX_OUTPUTS][GL_MAX_DIMS];
   int out_ndim[GL_MAX_OUTPUTS];
   _Alignas(16) unsigned char state[GL_NODE_STATE_BYTES];  /* the op's typed struct */
-  int ints[8];                        /* untyped slots: families not yet moved to `state` */
-  float floats[8];
   void *ctx;                          /* op-owned extra state, freed with ctx_free */
   void (*ctx_free)(void *);
   const char *broken;                 /* why backward through this node must fail, or NULL */
