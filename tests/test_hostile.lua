@@ -46,6 +46,7 @@ local SKIP = {
   ["glimpse.empty_cache"] = "takes no arguments",
   ["glimpse.Tensor.close"] = "closes the tensor under test",
   ["glimpse.Tensor.backward"] = "tested with a graph below",
+  ["nn.TransformerEncoderLayer:activation_fn"] = "a function field x -> y, not a method",
 }
 -- the named full-size networks build hundreds of MB of weights from no arguments; the VGG
 -- and ResNet constructors they call are probed
@@ -194,6 +195,9 @@ function T.test_nn_module_methods_give_clear_errors()
     Attention = nn.Attention{score = "additive", query = 3, key = 3, hidden = 4},
     MultiheadAttention = nn.MultiheadAttention(4, 2),
     Pointer = nn.Pointer{query = 3, key = 3, hidden = 4},
+    RNNCell = nn.RNNCell(2, 3), GRUCell = nn.GRUCell(2, 3), Dropout = nn.Dropout(0.5),
+    MaxPool2d = nn.MaxPool2d(2), ReLU = nn.ReLU(), BatchNorm2d = nn.BatchNorm2d(3),
+    TransformerEncoderLayer = nn.TransformerEncoderLayer(4, 2),
   }
   for _, k in ipairs(sorted_keys(mods)) do
     -- a container's errors come from its first child
