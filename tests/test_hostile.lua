@@ -91,7 +91,8 @@ local function probe(bad, name, short, owners, fn, args, self_arg)
     end
   end
   -- aliases (optim.RMSprop for RMSProp, clip_grad_norm_ for clip_grad_norm) match too
-  local low = err:lower()
+  -- the position prefix ("/path/attention.lua:12: ") names a file, not the function
+  local low = err:gsub("^[^\n]-%.lua:%d+: ", ""):lower()
   local named = low:find((short:lower():gsub("_$", "")), 1, true)
   for _, o in ipairs(owners) do named = named or low:find(o:lower(), 1, true) end
   if not named then bad[#bad + 1] = call .. ": the message does not name " .. short .. ": " .. err end

@@ -93,7 +93,10 @@ function M.reorder(state, idx, opts)
   opts = opts or {}
   local memo = keep_memo("decode.reorder", opts.keep, 2)
   local ok, r = pcall(reorder_value, state, idx, opts.rows, "state", memo, "decode.reorder")
-  if not ok then error(type(r) == "table" and r.decode_error or r, 2) end
+  if not ok then
+    if type(r) ~= "table" then r = "decode.reorder: " .. tostring(r):gsub("^[^\n]-%.lua:%d+: ", "") end
+    error(type(r) == "table" and r.decode_error or r, 2)
+  end
   return r
 end
 
