@@ -71,6 +71,10 @@ end
 --- reshapes each item (e.g. {1,28,28}).
 function M.read_idx(path, opts)
   if type(path) ~= "string" then error("read_idx: path expected", 2) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("data.read_idx: opts must be a table {first=, limit=, scale=, item_shape=} or nil, got "
+          .. type(opts), 2)
+  end
   opts = opts or {}
   return call(glimpse._read_idx, path, opts.first or 1, opts.limit,
               opts.scale and true or false, opts.item_shape)
