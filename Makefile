@@ -106,7 +106,8 @@ test: all
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=shift-base" all
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  GLIMPSE_SANITIZED=1 build-asan/glimpse tests/run.lua $(TEST_ARGS)
 
 # Fuzzing: libFuzzer targets for the safetensors, image and gzip/IDX readers, and a Lua
