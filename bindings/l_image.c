@@ -31,14 +31,12 @@ static gl_tensor *check_img(lua_State *L, int i, const char *fn, const char *nam
   return t;
 }
 
-/* a tensor from a tensor, number or nested table, owned by the Lua stack (pushed on top) */
+/* a tensor from a tensor, number or nested table, owned by the Lua stack (lg_arg's box) */
 static gl_tensor *check_tensorish(lua_State *L, int i, const char *fn, const char *name) {
   int ty = lua_type(L, i);
   if (!lg_test(L, i) && ty != LUA_TTABLE && ty != LUA_TNUMBER)
     arg_fail(L, fn, i, name, "tensor or table expected, got %s", luaL_typename(L, i));
-  gl_tensor *t = lg_to_tensor(L, i);
-  lg_push(L, t);
-  return t;
+  return lg_arg(L, i);
 }
 
 static int check_int(lua_State *L, int i, const char *fn, const char *name) {

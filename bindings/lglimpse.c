@@ -250,18 +250,6 @@ gl_tensor *lg_optarg(lua_State *L, int i) {
   return lua_isnoneornil(L, i) ? NULL : lg_arg(L, i);
 }
 
-gl_tensor *lg_to_tensor(lua_State *L, int i) {
-  gl_tensor *t = lg_test(L, i);
-  if (t) {
-    gl_retain(t);
-    return t;
-  }
-  t = push_converted(L, i);
-  gl_retain(t);      /* the caller's reference; the box drops its own when collected */
-  lua_pop(L, 1);
-  return t;
-}
-
 static void push_table(lua_State *L, const gl_tensor *t, int depth, size_t *off) {
   if (t->ndim == 0) { lua_pushnumber(L, t->data[0]); return; }
   int n = t->shape[depth];

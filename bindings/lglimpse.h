@@ -36,9 +36,6 @@ gl_tensor *lg_optarg(lua_State *L, int i);
 /* Push an empty tensor box; the engine fills *box.  Push it BEFORE calling the engine so
  * the result (or a scratch tensor) is owned by Lua the moment it exists. */
 gl_tensor **lg_newbox(lua_State *L);
-/* Old style, kept for the files not yet moved to lg_arg: a NEW reference the caller must
- * release before anything can raise.  Prefer lg_arg. */
-gl_tensor *lg_to_tensor(lua_State *L, int i);
 /* Push t as a new Lua tensor, taking over the caller's reference. */
 void lg_push(lua_State *L, gl_tensor *t);
 /* Raise the engine's last error as a Lua error "fname: message". */
