@@ -18,8 +18,8 @@ local parser = experiment.parser("reproduce", "Run the papers' tables and write 
                                  {out = "out/reproduce"})
 parser:flag("--tiny", "seconds per table (the tests): numbers that mean nothing")
 parser:option("--tables", "comma list of tables (default: all)")
-parser:option("--results", "folder of the <table>.json files", "results")
-parser:option("--doc", "the results page (markdown)", "docs/results.md")
+parser:option("--results", "folder of the <table>.json files (default results; --tiny: OUT/results)")
+parser:option("--doc", "the results page (default docs/results.md; --tiny: OUT/results.md)")
 parser:option("--exe", "the glimpse executable the runs use (default: this one)")
 parser:flag("--list", "list the tables and their runs, run nothing")
 local args = experiment.parse(parser)
@@ -37,6 +37,9 @@ if args.list then
 end
 
 local mode = args.tiny and "tiny" or args.quick and "quick" or "full"
+if args.tiny and args.out == "out/reproduce" then args.out = "out/reproduce-tiny" end
+args.results = args.results or (args.tiny and args.out .. "/results" or "results")
+args.doc = args.doc or (args.tiny and args.out .. "/results.md" or "docs/results.md")
 local exe = args.exe or arg[-1] or "build/glimpse"
 local timer = require("glimpse.util").Timer()
 local records = reproduce.run{mode = mode, out = args.out, results = args.results, doc = args.doc,
