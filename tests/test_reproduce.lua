@@ -5,14 +5,12 @@
 -- checkpoint re-evaluated with --steps 0 --load gives the recorded numbers; the compare
 -- tables are skipped with a message when glimpse.compare is absent.
 local lu = require "luaunit"
-local glimpse = require "glimpse"
 local reproduce = require "glimpse.reproduce"
-local util = glimpse.util
+local util = require "glimpse.util"
 local H = require "tests.helpers"
+local function exe() return arg and arg[-1] or "build/glimpse" end
 
 local T = {}
-
-local function exe() return arg and arg[-1] or "build/glimpse" end
 
 local TABLES = "pointer_sort,pointer_hull,ntm_copy,luong_local"
 

@@ -20,13 +20,14 @@ end
 -- ---------------------------------------------------------------------------------------
 -- pointer networks (scripts/pointer.lua)
 
--- the model and the decoding per mode; full: what is known to help since the paper
--- (Bello et al. 2016's glimpse, a larger LSTM, a cosine schedule), the paper's --paper recipe
--- being one flag away
+-- the model and the decoding per mode; full: what helped at equal steps on this machine
+-- (docs/experiments/reproduce.md: a larger LSTM, Adam lr 3e-3 with a cosine schedule; the
+-- glimpse did not), about 30 minutes of training per model on 2 cores; the paper's recipe is
+-- pointer.lua's --paper
 local function pointer_flags(mode)
   return by(mode, {
-    full = {"--hidden", 256, "--emb", 128, "--glimpses", 1, "--cosine", "--batch", 128,
-            "--valid", 500, "--test", 1000, "--beam", 5, "--time-limit", 36000, "--pictures", 2},
+    full = {"--hidden", 128, "--emb", 128, "--cosine", "--lr", 0.003, "--batch", 64,
+            "--valid", 500, "--test", 1000, "--beam", 5, "--time-limit", 7200, "--pictures", 2},
     quick = {"--hidden", 64, "--emb", 64, "--batch", 64,
              "--valid", 200, "--test", 500, "--beam", 3, "--epoch-steps", 500,
              "--time-limit", 600, "--pictures", 0},
@@ -34,7 +35,7 @@ local function pointer_flags(mode)
             "--time-limit", 60, "--pictures", 0},
   })
 end
-local POINTER_STEPS = {full = 20000, quick = 1000, tiny = 2}
+local POINTER_STEPS = {full = 30000, quick = 1000, tiny = 2}
 
 local function test_of(m, n)
   for _, t in ipairs(m.tests) do if tostring(t.n) == tostring(n) then return t end end
