@@ -2,7 +2,8 @@
 -- the tiny budget: the tables' runs (scripts in a fresh process of the executable running
 -- this suite) write RESULTS/<table>.json and the results page; a second run keeps what is
 -- done; a run lost to a kill (missing from the JSON) or failed runs again, alone; a
--- checkpoint re-evaluated with --steps 0 --load gives the recorded numbers; the compare
+-- checkpoint re-evaluated with --steps 0 --load gives the recorded numbers; a run stopped
+-- short of its step budget is not taken as done; the compare
 -- tables are skipped with a message when glimpse.compare is absent.
 local lu = require "luaunit"
 local reproduce = require "glimpse.reproduce"
@@ -106,6 +107,22 @@ function T.test_checkpoint_reevaluation_gives_the_recorded_numbers()
     lu.assertEquals(again[i].length, t.length)
     lu.assertAlmostEquals(again[i].bits, t.bit_errors_per_sequence, 1e-6)
   end
+end
+
+function T.test_a_run_stopped_short_of_its_budget_is_not_done()
+  -- the time-limit guard (or ^C) ends the script early: its numbers are not the budget's
+  local short = {name = "short_test", title = "short", paper = "-",
+    runs = {{id = "r", script = "scripts/pointer.lua", steps = {tiny = 50},
+             flags = function() return {"--task", "sort", "--n", 4, "--hidden", 4, "--emb", 4,
+                                        "--batch", 2, "--valid", 2, "--test", 2, "--beam", 1,
+                                        "--pictures", 0, "--time-limit", 1e-6} end,
+             rows = function() return {} end}}}
+  table.insert(reproduce.TABLES, short)
+  local ok, rec = pcall(tiny, H.tmpdir() .. "/short", "short_test")
+  table.remove(reproduce.TABLES)
+  lu.assertTrue(ok, tostring(rec))
+  lu.assertEquals(rec.short_test.runs.r.status, "failed")
+  lu.assertStrContains(rec.short_test.runs.r.reason, "stopped at step 0 of 50")
 end
 
 function T.test_bad_input_is_refused_by_name()

@@ -75,15 +75,27 @@ local function do_run(o, tbl, run, words, dir, steps)
   rec.machine = {cpu = m.cpu, cores = m.cores, loadavg = m.loadavg, commit = m.commit}
   local timer = util.Timer()
   o.log(string.format("reproduce: %s/%s: %s", tbl.name, run.id, rec.command))
-  local ok = os.execute(rec.command .. " > " .. util.shell_quote(dir .. "/log.txt") .. " 2>&1")
-  rec.seconds = timer:elapsed()
   local mpath = dir .. "/" .. (run.metrics or "metrics.json")
+  os.remove(mpath)                      -- a metrics.json of an earlier, unfinished run
+  local ok, how = os.execute(rec.command .. " > " .. util.shell_quote(dir .. "/log.txt") .. " 2>&1")
+  rec.seconds = timer:elapsed()
+  local log = util.exists(dir .. "/log.txt") and util.read_text(dir .. "/log.txt") or ""
+  -- ^C reaches the script (the Trainer stops cleanly and says so) and not this process
+  -- (os.execute's system() ignores it while it waits): stop here too
+  rec.interrupted = how == "signal" or log:find("interrupted at step", 1, true) ~= nil or nil
   if not ok or not util.exists(mpath) then
     rec.status = "failed"
     rec.reason = "the command failed; see " .. dir .. "/log.txt"
     return rec
   end
-  local rows_ok, rows = pcall(run.rows, util.read_json(mpath), o.mode)
+  local metrics = util.read_json(mpath)
+  if type(metrics.steps) == "number" and metrics.steps < steps then
+    -- interrupted (the Trainer stops cleanly on ^C) or stopped by its time-limit guard
+    rec.status = "failed"
+    rec.reason = string.format("stopped at step %d of %d; see %s/log.txt", metrics.steps, steps, dir)
+    return rec
+  end
+  local rows_ok, rows = pcall(run.rows, metrics, o.mode)
   if not rows_ok then
     rec.status, rec.reason = "failed", "reading " .. mpath .. ": " .. tostring(rows)
     return rec
@@ -133,6 +145,7 @@ function M.run(o)
                             r.seconds and string.format(" in %.0fs", r.seconds) or "")
               .. (r.reason and (": " .. r.reason) or ""))
         util.write_json(path, rec, {indent = 2})
+        if r.interrupted then error("reproduce: interrupted during " .. tbl.name .. "/" .. run.id, 2) end
       end
     end
     util.write_json(path, rec, {indent = 2})
@@ -157,11 +170,10 @@ function M.write_page(path, tbls, records, o)
              "Made by `make reproduce" .. (o.mode == "quick" and " QUICK=1" or o.mode == "tiny"
                and " TINY=1" or "") .. "` (mode **" .. o.mode .. "**; every run a step budget "
                .. "with seed 1) on " .. tostring(m.cpu) .. ", " .. tostring(m.cores) .. " cores, "
-               .. "glimpse " .. tostring(m.glimpse) .. " commit " .. tostring(m.commit) .. ". "
+               .. "glimpse " .. tostring(m.glimpse) .. " (page written at commit " .. tostring(m.commit) .. "). "
                .. "Each run's wall time and the machine's load average when it started are in "
                .. "its line: the numbers come from the step budgets, the times move with the "
                .. "load.", ""}
-  if o.preface then L[#L + 1] = o.preface; L[#L + 1] = "" end
   for _, tbl in ipairs(tbls) do
     local rec = records[tbl.name] or {runs = {}}
     L[#L + 1] = "## " .. tbl.title
@@ -186,10 +198,11 @@ function M.write_page(path, tbls, records, o)
     for _, run in ipairs(tbl.runs) do
       local r = rec.runs[run.id]
       if r and r.status ~= "skipped" then
-        local la = r.machine and r.machine.loadavg
-        L[#L + 1] = string.format("- `%s`: %s steps (mode %s), %s%s", run.id, cell(r.steps),
+        local la, commit = r.machine and r.machine.loadavg, r.machine and r.machine.commit
+        L[#L + 1] = string.format("- `%s`: %s steps (mode %s), %s%s%s", run.id, cell(r.steps),
                                   cell(r.mode), r.seconds and string.format("%.0f s wall", r.seconds) or "",
-                                  la and (", load " .. la:match("^%S+")) or "")
+                                  la and (", load " .. la:match("^%S+")) or "",
+                                  commit and (", commit " .. commit) or "")
         L[#L + 1] = "  - `" .. r.command .. "`"
         if r.eval_command then
           L[#L + 1] = "  - re-evaluate: `" .. r.eval_command .. "`"
