@@ -30,7 +30,7 @@ DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev 
             dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium
 STAMP    := $(BUILD)/.deps-ok
 
-.PHONY: all deps test asan demo install clean bench fixtures check-warnings reproduce
+.PHONY: all deps test asan demo install clean bench fixtures check-warnings
 all: $(BUILD)/glimpse $(BUILD)/glimpse.so
 
 # Install missing packages once per build folder (apt-get needs root; without it we say
@@ -82,6 +82,7 @@ demo: all
 
 # the papers' tables: results/<table>.json and docs/results.md (hours; QUICK=1: minutes; TINY=1:
 # seconds, into out/reproduce-tiny).  A killed run resumes: finished runs are kept.
+.PHONY: reproduce
 reproduce: all
 	$(BUILD)/glimpse scripts/reproduce.lua $(if $(QUICK),--quick) $(if $(TINY),--tiny) $(REPRODUCE_ARGS)
 
