@@ -174,6 +174,20 @@ function M.write_page(path, tbls, records, o)
                .. "Each run's wall time and the machine's load average when it started are in "
                .. "its line: the numbers come from the step budgets, the times move with the "
                .. "load.", ""}
+  local modes, order = {}, {}
+  for _, tbl in ipairs(tbls) do
+    for _, r in pairs((records[tbl.name] or {runs = {}}).runs) do
+      if r.status == "done" then
+        if not modes[r.mode] then order[#order + 1] = r.mode end
+        modes[r.mode] = (modes[r.mode] or 0) + 1
+      end
+    end
+  end
+  table.sort(order)
+  for i, k in ipairs(order) do order[i] = string.format("%d %s", modes[k], k) end
+  L[#L + 1] = "Runs done, by mode: " .. (#order > 0 and table.concat(order, ", ") or "none")
+              .. (modes.full and "." or " (no full run yet: these are not the full budgets' numbers).")
+  L[#L + 1] = ""
   for _, tbl in ipairs(tbls) do
     local rec = records[tbl.name] or {runs = {}}
     L[#L + 1] = "## " .. tbl.title

@@ -27,7 +27,8 @@ end
 local function pointer_flags(mode)
   return by(mode, {
     full = {"--hidden", 128, "--emb", 128, "--cosine", "--lr", 0.003, "--batch", 64,
-            "--valid", 500, "--test", 1000, "--beam", 5, "--time-limit", 7200, "--pictures", 2},
+            "--valid", 500, "--test", 1000, "--beam", 5, "--epoch-steps", 2000,
+            "--time-limit", 7200, "--pictures", 2},
     quick = {"--hidden", 64, "--emb", 64, "--batch", 64,
              "--valid", 200, "--test", 500, "--beam", 3, "--epoch-steps", 500,
              "--time-limit", 600, "--pictures", 0},
