@@ -130,6 +130,12 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_BUILD)/l
 demo: all
 	$(BUILD)/glimpse scripts/demo.lua
 
+# the papers' tables: results/<table>.json and docs/results.md (hours; QUICK=1: minutes; TINY=1:
+# seconds, into out/reproduce-tiny).  A killed run resumes: finished runs are kept.
+.PHONY: reproduce
+reproduce: all
+	$(BUILD)/glimpse scripts/reproduce.lua $(if $(QUICK),--quick) $(if $(TINY),--tiny) $(REPRODUCE_ARGS)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER) \
 	  $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse

@@ -9,7 +9,7 @@
 --   glimpse scripts/pointer.lua --task hull --n-min 5 --n-max 50 --test-n 5,10,50
 --   glimpse scripts/pointer.lua --task tsp --n 10 --beam 5 --time-limit 600
 --   glimpse scripts/pointer.lua --task tsp --n 5 --paper              (SGD lr 1, clip 2, U(-0.08,0.08))
---
+--   glimpse scripts/pointer.lua --task hull --n 10 --glimpses 1 --cosine  (since the paper)
 -- Validation every --epoch-steps steps; at the end greedy and beam decoding of the test sets
 -- (exact sequences, hull area coverage, tsp tour length against the optimum).  Writes
 -- metrics.json, run.json, model.safetensors, index.html, instance_K.png, attention_K.png.
@@ -35,11 +35,13 @@ experiment.add_flags(parser, {batch = 128, emb = {128, "point embedding size"}, 
   attn_hidden = {false, "pointer hidden size (default: --hidden)"},
   lr = {0.001, "Adam learning rate (--paper: SGD 1.0)"}, beam = 5})
 parser:flag("--paper", "the paper's recipe: SGD lr 1.0, clip 2.0, init uniform(-0.08, 0.08)")
+parser:option("--glimpses", "attention reads before pointing (Bello et al. 2016)", "0"):convert(tonumber)
+parser:flag("--cosine", "cosine learning-rate schedule down to 0 over --steps")
 parser:option("--epoch-steps", "steps per epoch, a validation after each (as --eval-every)")
   :convert(tonumber)
 parser:option("--pictures", "test instances to draw", "4"):convert(tonumber)
 experiment.int_flags(parser, {n = 1, n_min = 1, n_max = 1, train = 0, valid = 1, test = 1,
-                              epoch_steps = 1, pictures = 0})
+                              epoch_steps = 1, pictures = 0, glimpses = 0})
 local args = experiment.parse(parser)
 
 local n_lo, n_hi = args.n_min or args.n, args.n_max or args.n
@@ -60,16 +62,13 @@ args.epoch_steps = args.epoch_steps or args.eval_every
 local size_tag = n_lo == n_hi and tostring(n_lo) or (n_lo .. "-" .. n_hi)
 args.out = args.out or string.format("out/pointer-%s-n%s", args.task, size_tag)
 
-local cfg = {task = args.task, emb = args.emb, hidden = args.hidden,
+local cfg = {task = args.task, emb = args.emb, hidden = args.hidden, glimpses = args.glimpses,
              attn_hidden = args.attn_hidden or args.hidden, init = args.paper and "paper" or nil}
 local run = experiment.start(args, {name = "pointer", config = cfg})
-
--- data: fresh batches from the Trainer's generator, or a fixed training set
 local size_arg = n_lo == n_hi and n_lo or {n_lo, n_hi}
 local function make(n, count, seed)
-  return points.make{task = args.task, n = n, count = count, seed = seed}
-end
-local gen_timer = util.Timer()     -- making tsp targets takes time; metrics.json says how much
+  return points.make{task = args.task, n = n, count = count, seed = seed} end
+local gen_timer = util.Timer()     -- making tsp targets takes time
 local train_set = args.train > 0 and make(size_arg, args.train, args.seed) or nil
 local valid_set = make(size_arg, args.valid, args.seed + 7919)
 local tests = {{n = size_tag, set = make(size_arg, args.test, args.seed + 104729)}}
@@ -80,9 +79,9 @@ local gen_seconds = gen_timer:elapsed()
 
 local model = args.load and glimpse.models.PointerNet.load(args.load) or glimpse.models.PointerNet(cfg)
 run:count_params(model)
-run:print(string.format("pointer: %s training data, %s lr %g clip %g%s, data made in %.1fs",
-                        train_set and (train_set.n .. " fixed") or "fresh",
-                        args.paper and "SGD" or "Adam", args.lr, args.clip,
+run:print(string.format("pointer: %s training data, %s lr %g%s clip %g%s, data made in %.1fs",
+                        train_set and (train_set.n .. " fixed") or "fresh", args.paper and "SGD"
+                        or "Adam", args.lr, args.cosine and " (cosine)" or "", args.clip,
                         args.paper and ", init U(-0.08,0.08)" or "", gen_seconds))
 
 local function measure(m, ds, beam)
@@ -92,6 +91,7 @@ local function measure(m, ds, beam)
 end
 local history = glimpse.train.Trainer(run:trainer_options{
   model = model, optimizer = {args.paper and "SGD" or "Adam", lr = args.lr}, clip = args.clip,
+  schedule = args.cosine and {"CosineAnnealingLR"} or nil,
   data = train_set or function(_, rng)
     return points.batch(args.batch, {task = args.task, n = size_arg, rng = rng}) end,
   batch_size = train_set and args.batch or nil,
@@ -142,7 +142,7 @@ local reference = {
 run:write_run_json()
 run:write_metrics{task = args.task, n = size_tag, steps = history.steps,
                   train_seconds = history.seconds, data_seconds = gen_seconds,
-                  history = history.evals, tests = results, config = cfg,
+                  history = history.evals, tests = results, config = model.config,
                   optimiser = args.paper and "sgd-paper" or "adam", reference = reference[args.task]}
 run:write_report{title = "pointer network: " .. args.task .. " n=" .. size_tag, history = history,
                  charts = {"accuracy"}, summary = summary, images = images}

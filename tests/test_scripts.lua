@@ -177,7 +177,25 @@ function T.test_pointer_sort_paper_recipe_runs()
   lu.assertTrue(out:find("SGD lr 1", 1, true) ~= nil, out)
 end
 
+function T.test_pointer_glimpses_and_cosine_schedule_train_and_reload()
+  local d = tmpdir("sort-glimpse")
+  local ok, out = run("scripts/pointer.lua", TINY .. " --task sort --n 5 --glimpses 2 --cosine --out " .. d)
+  lu.assertTrue(ok, out)
+  lu.assertStrContains(out, "lr 0.001 (cosine)")
+  local m = util.read_json(d .. "/metrics.json")
+  lu.assertEquals(math.tointeger(m.config.glimpses), 2)
+  -- the checkpoint carries the glimpses: reloaded without the flag it decodes the same way
+  ok, out = run("scripts/pointer.lua", TINY .. " --task sort --n 5 --steps 0 --load " .. d
+                .. "/model.safetensors --out " .. d .. "-reload")
+  lu.assertTrue(ok, out)
+  local m2 = util.read_json(d .. "-reload/metrics.json")
+  lu.assertEquals(math.tointeger(m2.config.glimpses), 2)
+  lu.assertEquals(m2.tests[1].greedy.token, m.tests[1].greedy.token)
+  lu.assertEquals(m2.tests[1].beam.exact, m.tests[1].beam.exact)
+end
+
 function T.test_pointer_bad_flags_give_a_clear_error()
+  assert_rejects("scripts/pointer.lua", "--glimpses -1", "--glimpses")
   assert_rejects("scripts/pointer.lua", "--task tsp --n 20", "Held-Karp")
   assert_rejects("scripts/pointer.lua", "--task hull --n 2", "at least 3 points")
   assert_rejects("scripts/pointer.lua", "--test-n 5,x", "--test-n must list integers")

@@ -1,0 +1,236 @@
+--- glimpse.reproduce -- the papers' tables by one command: every table this project reproduces,
+-- each run of each table one script command on a step budget with a fixed seed, its numbers
+-- read back from the script's metrics.json and set beside the paper's.
+--
+--   local reproduce = require "glimpse.reproduce"
+--   reproduce.run{mode = "quick", out = "out/reproduce", results = "results",
+--                 doc = "docs/results.md"}                 -- `make reproduce QUICK=1`
+--
+-- A table is a list of runs (commands of scripts/*.lua, through their command line: nothing
+-- of a script is duplicated here); a run gives rows (what was measured, the paper's number,
+-- glimpse's).  After each run, RESULTS/<table>.json is rewritten (atomically), so a killed
+-- reproduction resumes: a run already done with the same command is kept and skipped.
+-- Checkpoints and the scripts' own outputs go to OUT/<table>/<run>/ (not committed); each
+-- run records the command that re-evaluates its checkpoint (--steps 0 --load) where the
+-- script has one.  Modes: "full" (the step budgets of the results page, hours), "quick"
+-- (minutes), "tiny" (seconds: the tests).
+local util = require "glimpse.util"
+local experiment = require "glimpse.experiment"
+local tables = require "glimpse.reproduce_tables"
+
+local M = {}
+M.MODES = {full = true, quick = true, tiny = true}
+M.TABLES = tables.TABLES
+
+local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
+
+-- the command of one run (a list of words), its output folder and its step budget
+local function command_of(exe, tbl, run, mode, out)
+  local dir = out .. "/" .. tbl.name .. "/" .. run.id
+  local words = {exe, run.script}
+  for _, w in ipairs(run.flags(mode)) do words[#words + 1] = tostring(w) end
+  local steps = run.steps[mode]
+  for _, w in ipairs({"--steps", steps, "--seed", 1, "--out", dir}) do words[#words + 1] = tostring(w) end
+  return words, dir, steps
+end
+
+local function join(words)
+  local t = {}
+  for i, w in ipairs(words) do t[i] = util.shell_quote(w) end
+  return table.concat(t, " ")
+end
+
+--- reproduce.select(names) -> the tables named (a list or comma list; nil: all); an error
+--- names an unknown one
+function M.select(names)
+  if names == nil then return M.TABLES end
+  if type(names) == "string" then
+    local t = {}
+    for x in names:gmatch("[^,%s]+") do t[#t + 1] = x end
+    names = t
+  end
+  if type(names) ~= "table" then fail("reproduce.select: names must be a list, got %s", type(names)) end
+  local by, out = {}, {}
+  for _, t in ipairs(M.TABLES) do by[t.name] = t end
+  for _, n in ipairs(names) do
+    if not by[n] then
+      local have = {}
+      for _, t in ipairs(M.TABLES) do have[#have + 1] = t.name end
+      fail("reproduce: unknown table '%s' (have %s)", tostring(n), table.concat(have, ", "))
+    end
+    out[#out + 1] = by[n]
+  end
+  return out
+end
+
+-- one run: the script's command, then its metrics.json turned into rows
+local function do_run(o, tbl, run, words, dir, steps)
+  local rec = {id = run.id, command = join(words), steps = steps, mode = o.mode}
+  if run.needs and not package.searchpath(run.needs, package.path) then
+    rec.status, rec.reason = "skipped", run.needs .. " is not in this build (" .. run.needs_why .. ")"
+    return rec
+  end
+  util.mkdir_p(dir)
+  local m = experiment.machine()
+  rec.machine = {cpu = m.cpu, cores = m.cores, loadavg = m.loadavg, commit = m.commit}
+  local timer = util.Timer()
+  o.log(string.format("reproduce: %s/%s: %s", tbl.name, run.id, rec.command))
+  local mpath = dir .. "/" .. (run.metrics or "metrics.json")
+  os.remove(mpath)                      -- a metrics.json of an earlier, unfinished run
+  local ok, how = os.execute(rec.command .. " > " .. util.shell_quote(dir .. "/log.txt") .. " 2>&1")
+  rec.seconds = timer:elapsed()
+  local log = util.exists(dir .. "/log.txt") and util.read_text(dir .. "/log.txt") or ""
+  -- ^C reaches the script (the Trainer stops cleanly and says so) and not this process
+  -- (os.execute's system() ignores it while it waits): stop here too
+  rec.interrupted = how == "signal" or log:find("interrupted at step", 1, true) ~= nil or nil
+  if not ok or not util.exists(mpath) then
+    rec.status = "failed"
+    rec.reason = "the command failed; see " .. dir .. "/log.txt"
+    return rec
+  end
+  local metrics = util.read_json(mpath)
+  if type(metrics.steps) == "number" and metrics.steps < steps then
+    -- interrupted (the Trainer stops cleanly on ^C) or stopped by its time-limit guard
+    rec.status = "failed"
+    rec.reason = string.format("stopped at step %d of %d; see %s/log.txt", metrics.steps, steps, dir)
+    return rec
+  end
+  local rows_ok, rows = pcall(run.rows, metrics, o.mode)
+  if not rows_ok then
+    rec.status, rec.reason = "failed", "reading " .. mpath .. ": " .. tostring(rows)
+    return rec
+  end
+  rec.status, rec.rows = "done", rows
+  if run.checkpoint then
+    rec.checkpoint = dir .. "/" .. run.checkpoint
+    local ev = {table.unpack(words)}
+    for i = #ev, 1, -1 do
+      if ev[i] == "--steps" then ev[i + 1] = "0" end
+      if ev[i] == "--out" then ev[i + 1] = dir .. "/eval" end
+    end
+    ev[#ev + 1], ev[#ev + 2] = "--load", rec.checkpoint
+    rec.eval_command = join(ev)
+  else
+    rec.no_eval = run.no_eval
+  end
+  return rec
+end
+
+--- reproduce.run{mode="full"|"quick"|"tiny", out=, results=, doc=, tables=, exe=, log=}
+--- -> {table name -> record}: runs what is not done yet, writes RESULTS/<table>.json after
+--- every run and the page DOC (markdown) at the end.  exe: the glimpse executable (default
+--- build/glimpse); log: a function(line) (default print).
+function M.run(o)
+  if type(o) ~= "table" then fail("reproduce.run: expected an options table, got %s", type(o)) end
+  if not M.MODES[o.mode] then fail("reproduce.run: mode must be full, quick or tiny, got %s", tostring(o.mode)) end
+  for _, k in ipairs({"out", "results", "doc"}) do
+    if type(o[k]) ~= "string" or o[k] == "" then fail("reproduce.run: option '%s' must be a path", k) end
+  end
+  o.exe, o.log = o.exe or "build/glimpse", o.log or print
+  util.mkdir_p(o.results)
+  local all = {}
+  for _, tbl in ipairs(M.select(o.tables)) do
+    local path = o.results .. "/" .. tbl.name .. ".json"
+    local rec = util.exists(path) and util.read_json(path) or {}
+    rec.table, rec.title, rec.paper, rec.runs = tbl.name, tbl.title, tbl.paper, rec.runs or {}
+    for _, run in ipairs(tbl.runs) do
+      local words, dir, steps = command_of(o.exe, tbl, run, o.mode, o.out)
+      local old = rec.runs[run.id]
+      if old and old.status == "done" and old.command == join(words) then
+        o.log(string.format("reproduce: %s/%s: done before, kept", tbl.name, run.id))
+      else
+        rec.runs[run.id] = do_run(o, tbl, run, words, dir, steps)
+        local r = rec.runs[run.id]
+        o.log(string.format("reproduce: %s/%s: %s%s", tbl.name, run.id, r.status,
+                            r.seconds and string.format(" in %.0fs", r.seconds) or "")
+              .. (r.reason and (": " .. r.reason) or ""))
+        util.write_json(path, rec, {indent = 2})
+        if r.interrupted then error("reproduce: interrupted during " .. tbl.name .. "/" .. run.id, 2) end
+      end
+    end
+    util.write_json(path, rec, {indent = 2})
+    all[tbl.name] = rec
+  end
+  M.write_page(o.doc, M.select(o.tables), all, o)
+  return all
+end
+
+local function cell(v)
+  if v == nil then return "—" end
+  if type(v) == "number" then return string.format("%.4g", v) end
+  return (tostring(v):gsub("|", "\\|"))
+end
+
+--- reproduce.write_page(path, tables, records, {mode=}) writes the markdown page: per table
+--- the paper's number beside glimpse's for each row, then each run's command, steps, wall
+--- time, machine load and the command that re-evaluates its checkpoint.
+function M.write_page(path, tbls, records, o)
+  local m = experiment.machine()
+  local L = {"# The papers' tables, reproduced", "",
+             "Made by `make reproduce" .. (o.mode == "quick" and " QUICK=1" or o.mode == "tiny"
+               and " TINY=1" or "") .. "` (mode **" .. o.mode .. "**; every run a step budget "
+               .. "with seed 1) on " .. tostring(m.cpu) .. ", " .. tostring(m.cores) .. " cores, "
+               .. "glimpse " .. tostring(m.glimpse) .. " (page written at commit " .. tostring(m.commit) .. "). "
+               .. "Each run's wall time and the machine's load average when it started are in "
+               .. "its line: the numbers come from the step budgets, the times move with the "
+               .. "load.", ""}
+  local modes, order = {}, {}
+  for _, tbl in ipairs(tbls) do
+    for _, r in pairs((records[tbl.name] or {runs = {}}).runs) do
+      if r.status == "done" then
+        if not modes[r.mode] then order[#order + 1] = r.mode end
+        modes[r.mode] = (modes[r.mode] or 0) + 1
+      end
+    end
+  end
+  table.sort(order)
+  for i, k in ipairs(order) do order[i] = string.format("%d %s", modes[k], k) end
+  L[#L + 1] = "Runs done, by mode: " .. (#order > 0 and table.concat(order, ", ") or "none")
+              .. (modes.full and "." or " (no full run yet: these are not the full budgets' numbers).")
+  L[#L + 1] = ""
+  for _, tbl in ipairs(tbls) do
+    local rec = records[tbl.name] or {runs = {}}
+    L[#L + 1] = "## " .. tbl.title
+    L[#L + 1] = ""
+    L[#L + 1] = "Paper: " .. tbl.paper
+    L[#L + 1] = ""
+    L[#L + 1] = "| row | paper | glimpse | run |"
+    L[#L + 1] = "|---|---|---|---|"
+    for _, run in ipairs(tbl.runs) do
+      local r = rec.runs[run.id]
+      if r and r.status == "done" then
+        for _, row in ipairs(r.rows) do
+          L[#L + 1] = string.format("| %s | %s | %s | %s |", cell(row.label), cell(row.paper),
+                                    cell(row.glimpse), run.id)
+        end
+      else
+        L[#L + 1] = string.format("| %s | — | %s | %s |", run.id,
+                                  r and (r.status .. ": " .. cell(r.reason)) or "not run", run.id)
+      end
+    end
+    L[#L + 1] = ""
+    for _, run in ipairs(tbl.runs) do
+      local r = rec.runs[run.id]
+      if r and r.status ~= "skipped" then
+        local la, commit = r.machine and r.machine.loadavg, r.machine and r.machine.commit
+        L[#L + 1] = string.format("- `%s`: %s steps (mode %s), %s%s%s", run.id, cell(r.steps),
+                                  cell(r.mode), r.seconds and string.format("%.0f s wall", r.seconds) or "",
+                                  la and (", load " .. la:match("^%S+")) or "",
+                                  commit and (", commit " .. commit) or "")
+        L[#L + 1] = "  - `" .. r.command .. "`"
+        if r.eval_command then
+          L[#L + 1] = "  - re-evaluate: `" .. r.eval_command .. "`"
+        elseif r.no_eval then
+          L[#L + 1] = "  - re-evaluate: " .. r.no_eval
+        end
+      end
+    end
+    if tbl.note then L[#L + 1] = ""; L[#L + 1] = tbl.note end
+    L[#L + 1] = ""
+  end
+  util.mkdir_p(path:match("^(.*)/[^/]*$") or ".")
+  util.write_text(path, table.concat(L, "\n"))
+  return path
+end
+
+return M

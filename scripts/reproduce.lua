@@ -1,0 +1,54 @@
+-- scripts/reproduce.lua -- the papers' tables by one command (`make reproduce`): Ptr-Net sort,
+-- convex hull and TSP, NTM copy vs LSTM, Show, Attend and Tell soft vs hard, Bahdanau's
+-- accuracy against length and Luong's global vs local attention (the last two through the
+-- compare harness).  Each run is a script's command on a step budget with seed 1; its
+-- numbers go to RESULTS/<table>.json and the page DOC beside the paper's.  A killed run
+-- resumes: finished runs (same command) are kept and skipped.  Checkpoints and the scripts'
+-- outputs go to OUT/<table>/<run>/; the page says how to re-evaluate each (--steps 0 --load).
+--
+--   glimpse scripts/reproduce.lua --quick                     (make reproduce QUICK=1, minutes)
+--   glimpse scripts/reproduce.lua                             (make reproduce: hours)
+--   glimpse scripts/reproduce.lua --tables pointer_hull,pointer_tsp --quick
+--
+-- The library under it is glimpse.reproduce (docs/results.md is what it writes).
+local experiment = require "glimpse.experiment"
+local reproduce = require "glimpse.reproduce"
+
+local parser = experiment.parser("reproduce", "Run the papers' tables and write the results page.",
+                                 {out = "out/reproduce"})
+parser:flag("--tiny", "seconds per table (the tests): numbers that mean nothing")
+parser:option("--tables", "comma list of tables (default: all)")
+parser:option("--results", "folder of the <table>.json files (default results; --tiny: OUT/results)")
+parser:option("--doc", "the results page (default docs/results.md; --tiny: OUT/results.md)")
+parser:option("--exe", "the glimpse executable the runs use (default: this one)")
+parser:flag("--list", "list the tables and their runs, run nothing")
+local args = experiment.parse(parser)
+if args.tiny and args.quick then parser:error("--tiny and --quick: choose one") end
+
+local ok, tables = pcall(reproduce.select, args.tables)
+if not ok then parser:error((tostring(tables):gsub("^.-:%d+: ", ""))) end
+if args.list then
+  for _, t in ipairs(tables) do
+    local ids = {}
+    for _, r in ipairs(t.runs) do ids[#ids + 1] = r.id .. " (" .. r.script .. ")" end
+    print(string.format("%-16s %s: %s", t.name, t.title, table.concat(ids, ", ")))
+  end
+  return
+end
+
+local mode = args.tiny and "tiny" or args.quick and "quick" or "full"
+if args.tiny and args.out == "out/reproduce" then args.out = "out/reproduce-tiny" end
+args.results = args.results or (args.tiny and args.out .. "/results" or "results")
+args.doc = args.doc or (args.tiny and args.out .. "/results.md" or "docs/results.md")
+local exe = args.exe or arg[-1] or "build/glimpse"
+local timer = require("glimpse.util").Timer()
+local records = reproduce.run{mode = mode, out = args.out, results = args.results, doc = args.doc,
+                              tables = args.tables, exe = exe}
+local counts = {done = 0, failed = 0, skipped = 0}
+for _, t in ipairs(tables) do
+  for _, r in pairs(records[t.name].runs) do counts[r.status] = (counts[r.status] or 0) + 1 end
+end
+print(string.format("reproduce (%s): %d runs done, %d failed, %d skipped in %.0fs; wrote %s/*.json "
+                    .. "and %s", mode, counts.done, counts.failed, counts.skipped, timer:elapsed(),
+                    args.results, args.doc))
+if counts.failed > 0 then os.exit(1) end
