@@ -141,4 +141,53 @@ function H.write_file(p, s)
   f:close()
 end
 
+--- H.find_chromium() -> the path of Debian's chromium (or chromium-browser), or nil
+function H.find_chromium()
+  for _, name in ipairs({"chromium", "chromium-browser"}) do
+    local p = io.popen("command -v " .. name .. " 2>/dev/null")
+    local path = p:read("l")
+    p:close()
+    if path and path ~= "" then return path end
+  end
+  return nil
+end
+
+--- H.BROWSER_CHECK: a <script> for a page under test; on load it appends <pre id="checks">
+--- with the number of images, the broken ones and the page's scroll widths
+H.BROWSER_CHECK = [[<script>
+window.addEventListener("load", function () {
+  var imgs = document.images, bad = [];
+  for (var i = 0; i < imgs.length; i++) {
+    if (!imgs[i].complete || imgs[i].naturalWidth === 0) bad.push(imgs[i].getAttribute("src"));
+  }
+  var out = document.createElement("pre");
+  out.id = "checks";
+  out.textContent = "CHECK images=" + imgs.length + " broken=" + bad.length + " [" + bad.join(",") +
+    "] scrollWidth=" + document.documentElement.scrollWidth + " innerWidth=" + window.innerWidth +
+    " bodyScrollWidth=" + document.body.scrollWidth + " END";
+  document.body.appendChild(out);
+});
+</script>]]
+
+--- H.browser_check(chromium, page, window, dir) -> the check line (nil and chromium's
+--- stderr when there is none): headless chromium loads file://page in a window `window` px
+--- wide and dumps the DOM; dir holds the profile and stderr.txt.
+function H.browser_check(chromium, page, window, dir)
+  local cmd = string.format("timeout 120 %s --headless --no-sandbox --disable-gpu --disable-quic "
+                            .. "--no-first-run --disable-background-networking "
+                            .. "--disable-component-update --disable-sync --user-data-dir=%s "
+                            .. "--window-size=%d,900 --virtual-time-budget=5000 --dump-dom "
+                            .. "file://%s 2>%s/stderr.txt", H.sh_quote(chromium),
+                            H.sh_quote(dir .. "/profile"), window, H.sh_quote(page), H.sh_quote(dir))
+  local p = io.popen(cmd)
+  local dom = p:read("a")
+  p:close()
+  local line = dom:match("<pre id=\"checks\">(.-)</pre>")
+  if line then return line end
+  local f = io.open(dir .. "/stderr.txt")
+  local err = f and f:read("a") or ""
+  if f then f:close() end
+  return nil, err:sub(1, 2000)
+end
+
 return H
