@@ -1,6 +1,7 @@
 # glimpse -- build, test, demo.  `make` builds; `make test` installs what is missing (Debian
 # packages, as root), builds and runs every test; `make asan` does the same under
-# AddressSanitizer and UBSan; `make demo` trains a small model and shows its loss and maps.
+# AddressSanitizer and UBSan; `make fuzz` runs the fuzzers (FUZZ_SECONDS, default 120) under
+# both; `make demo` trains a small model and shows its loss and maps.
 #
 # BUILD names the build folder, so several builds (plain, asan) can live side by side.
 
@@ -15,8 +16,19 @@ LUA_INC  := -I/usr/include/lua$(LUA_VER)
 INC      := -Iengine -Ibindings $(LUA_INC) -I/usr/include/stb
 SAN      ?=
 ALL_CFLAGS = $(WARN) $(CFLAGS) $(SAN) -fPIC $(INC) -DGLIMPSE_ROOT='"$(CURDIR)"' \
-             -DGLIMPSE_LUA_DIR='"$(PREFIX)/share/lua/$(LUA_VER)"'
-LIBS     := -lm -ldl -lz -lpthread
+             -DGLIMPSE_LUA_DIR='"$(PREFIX)/share/lua/$(LUA_VER)"' \
+             -DGLIMPSE_MPI_PLUGIN='"$(abspath $(BUILD))/libglimpse_mpi.so"' \
+             -DGLIMPSE_MPI_PLUGIN_INSTALLED='"$(PREFIX)/lib/glimpse/libglimpse_mpi.so"'
+LIBS     := -lm -ldl -lz -lpng -ljpeg -lpthread
+
+# MPI, for glimpse.dist: found through mpicc (Open MPI's --showme, MPICH's -compile_info),
+# else a Debian mpi.h, when the plugin $(BUILD)/libglimpse_mpi.so is built (after the
+# packages are installed, so a fresh machine gets it on its first `make test`).  glimpse
+# loads the plugin with dlopen only when a run under mpirun/srun calls glimpse.dist
+# (bindings/l_dist.c says why); without MPI there is no plugin and glimpse.dist is one rank.
+# `make MPICC= MPI_H=` builds without it.
+MPICC    ?= mpicc
+MPI_H    ?= /usr/include/$(shell $(CC) -print-multiarch 2>/dev/null)/mpi/mpi.h
 
 ENGINE_SRC   := $(sort $(wildcard engine/*.c))
 BINDING_SRC  := $(sort $(filter-out bindings/main.c,$(wildcard bindings/*.c)))
@@ -25,13 +37,16 @@ BINDING_OBJ  := $(BINDING_SRC:%.c=$(BUILD)/%.o)
 HEADERS      := $(wildcard engine/*.h bindings/*.h)
 
 # Debian packages the build, the tests and the demo need (chromium: tests/test_report.lua
-# renders a report headless and checks its layout)
+# renders a report headless and checks its layout; libpng and libjpeg-turbo read PNG and
+# JPEG, see engine/image_load.c; clang and its runtime build the fuzzers of `make fuzz`)
 DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev \
-            dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium
+            libpng-dev libjpeg62-turbo-dev clang libclang-rt-14-dev \
+            dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium \
+            libopenmpi-dev openmpi-bin
 STAMP    := $(BUILD)/.deps-ok
 
-.PHONY: all deps test asan demo install clean bench fixtures check-warnings
-all: $(BUILD)/glimpse $(BUILD)/glimpse.so
+.PHONY: all deps test asan fuzz demo install clean bench fixtures check-warnings
+all: $(BUILD)/glimpse $(BUILD)/glimpse.so $(BUILD)/libglimpse_mpi.so
 
 # Install missing packages once per build folder (apt-get needs root; without it we say
 # which packages are missing and stop).
@@ -67,15 +82,50 @@ $(BUILD)/glimpse: $(BUILD)/bindings/main.o $(BINDING_OBJ) $(BUILD)/libglimpse.a
 $(BUILD)/glimpse.so: $(BINDING_OBJ) $(BUILD)/libglimpse.a
 	$(CC) $(CFLAGS) $(SAN) -shared -o $@ $^ $(LIBS)
 
+# the MPI plugin: dist_mpi.c alone, linked with libmpi (nothing of glimpse or Lua in it)
+$(BUILD)/libglimpse_mpi.so: bindings/mpi/dist_mpi.c bindings/mpi/dist_mpi.h | $(STAMP)
+	@mkdir -p $(dir $@)
+	@if [ -n "$(MPICC)" ] && command -v "$(MPICC)" > /dev/null 2>&1; then \
+	  flags="$$($(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info | cut -d' ' -f2-)"; \
+	  libs="$$($(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info | cut -d' ' -f2-)"; \
+	elif [ -n "$(MPI_H)" ] && [ -f "$(MPI_H)" ]; then \
+	  flags="-I$(dir $(MPI_H))"; libs="-lmpi"; \
+	else \
+	  echo "no MPI (no mpicc, no mpi.h): glimpse.dist will be one rank"; exit 0; \
+	fi; \
+	echo "$(CC) $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $$flags -o $@ $< $$libs"; \
+	$(CC) $(WARN) $(CFLAGS) $(SAN) -fPIC -shared $$flags -o $@ $< $$libs
+
 TEST_ARGS ?=
+# the whole suite also runs a short fuzzing smoke (a report there is a real bug)
+FUZZ_SMOKE_SECONDS ?= 60
 test: all
+	@if [ -z "$(TEST_ARGS)" ]; then $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) FUZZ_SEED=1; fi
 	$(BUILD)/glimpse tests/run.lua $(TEST_ARGS)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=shift-base" all
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  GLIMPSE_SANITIZED=1 build-asan/glimpse tests/run.lua $(TEST_ARGS)
+
+# Fuzzing: libFuzzer targets for the safetensors, image and gzip/IDX readers, and a Lua
+# driver calling the public API with hostile arguments, all under ASan + UBSan (clang).
+# tests/fuzz/run.sh splits FUZZ_SECONDS between them; seeds are tests/corpus/*/.
+FUZZ_SECONDS ?= 120
+FUZZ_SEED    ?=
+FUZZ_BUILD   := build-fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=shift-base
+FUZZ_TARGETS := $(FUZZ_BUILD)/fuzz_safetensors $(FUZZ_BUILD)/fuzz_image $(FUZZ_BUILD)/fuzz_idx
+fuzz:
+	@mkdir -p $(FUZZ_BUILD) && $(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 -fno-omit-frame-pointer" \
+	  SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" all $(FUZZ_TARGETS) > $(FUZZ_BUILD)/build.log 2>&1 || \
+	  { tail -30 $(FUZZ_BUILD)/build.log; exit 1; }
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_SEED)
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_BUILD)/libglimpse.a
+	clang -g -O1 $(FUZZ_SAN) -fsanitize=fuzzer $(INC) -o $@ $< $(FUZZ_BUILD)/libglimpse.a $(LIBS)
 
 demo: all
 	$(BUILD)/glimpse scripts/demo.lua
@@ -85,6 +135,8 @@ install: all
 	  $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse
 	install -m 755 $(BUILD)/glimpse $(DESTDIR)$(PREFIX)/bin/glimpse
 	install -m 644 $(BUILD)/glimpse.so $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER)/glimpse.so
+	if [ -f $(BUILD)/libglimpse_mpi.so ]; then install -d $(DESTDIR)$(PREFIX)/lib/glimpse && \
+	  install -m 644 $(BUILD)/libglimpse_mpi.so $(DESTDIR)$(PREFIX)/lib/glimpse/; fi
 	cp -r bindings/glimpse/. $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/
 	# files of older layouts that would shadow the nn/ and models/ packages
 	cd $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua models.lua
@@ -98,7 +150,7 @@ check-warnings:
 	$(MAKE) -B BUILD=build-warn CFLAGS="-O2 -Werror" all
 
 clean:
-	rm -rf build build-asan build-warn
+	rm -rf build build-asan build-warn build-fuzz
 
 # side-by-side benchmark against PyTorch 1.13 on the CPU (needs python3-torch for /usr/bin/python3)
 bench: all

@@ -3,11 +3,14 @@
 -- One process runs one workload and prints JSON lines on stdout (bench/run.lua reads them):
 --   {"side":"glimpse","workload":W,"loss1":<first-step loss>,"ms_per_step":..,"steps":..,
 --    "cpu_ms_per_step":..,"vmhwm_kb":..,"threads":..}
--- Usage: glimpse bench/glimpse_workloads.lua W STEPS [--save PATH] [--threads N]
+-- Usage: glimpse bench/glimpse_workloads.lua W STEPS [--save PATH] [--threads N] [--dist]
 --   --save PATH writes the seeded initial weights (the model's state_dict) and the inputs
 --   (as "input.<name>") to PATH (safetensors) so the PyTorch side (bench/torch_workloads.py)
 --   starts from exactly the same numbers.
 --   --threads N sets the BLAS thread count (default: glimpse's own default).
+--   --dist (W1, W2; under mpirun, see bench/scaling.lua): data parallel over the ranks; the
+--   batch stays the global one, each rank takes its block of rows and the gradients are
+--   averaged in one allreduce per step (glimpse.dist.GradBucket); rank 0 prints.
 --
 -- The models are written the way a user writes them: nn modules (nn.Embedding, nn.LSTM,
 -- nn.LSTMCell, nn.Attention, nn.Pointer, nn.Conv2d, nn.MaxPool2d, nn.MultiheadAttention,
@@ -19,17 +22,29 @@ local nn = glimpse.nn
 local cjson = require "cjson"
 
 local W, STEPS = arg[1], tonumber(arg[2] or "10")
-local SAVE, THREADS
+local SAVE, THREADS, DIST
 for i = 3, #arg do
   if arg[i] == "--save" then SAVE = arg[i + 1] end
   if arg[i] == "--threads" then THREADS = tonumber(arg[i + 1]) end
+  if arg[i] == "--dist" then DIST = true end
 end
+if DIST and W ~= "W1" and W ~= "W2" then error("--dist: only W1 and W2 (batch-first inputs)") end
+local dist = glimpse.dist
+local rank, size = 0, 1
+if DIST then rank, size = dist.init() end
 
 local inputs = {}
+local shard_rows                 -- --dist: the rows of the global batch this rank takes
 
+-- a workload's input (batch first); with --dist this rank's block of rows of it
 local function input(name, t)
   inputs[name] = t
-  return t
+  if not DIST then return t end
+  local B = t.shape[1]
+  local per, extra = B // size, B % size
+  local first = rank * per + math.min(rank, extra)
+  shard_rows = per + (rank < extra and 1 or 0)
+  return t:narrow(1, first + 1, shard_rows)
 end
 
 -- integer tensor 1..n (as floats) of the given shape
@@ -237,6 +252,9 @@ local function vmhwm()
   return tonumber(s:match("VmHWM:%s*(%d+)"))
 end
 
+local comm_s = 0                 -- --dist: seconds in the gradient allreduce (with its wait)
+local REPEATS = 20               -- --dist: allreduces of the bucket alone, timed after a barrier
+
 local function main()
   local make = workloads[W]
   if not make then error("unknown workload " .. tostring(W)) end
@@ -248,29 +266,57 @@ local function main()
     for n, x in pairs(inputs) do t["input." .. n] = x end
     glimpse.save(SAVE, t)
   end
-  local loss1, one
+  local loss1, one, bucket
   if not model then
     one = step_fn
     loss1 = one():sum():item()
   else
     local opt = glimpse.optim.Adam(model:parameters(), {lr = 1e-3})
+    bucket = DIST and dist.GradBucket(model:parameters())
+    comm_s = 0
     one = function()
       opt:zero_grad()
+      if bucket then bucket:attach() end
       local loss = step_fn()
       loss:backward()
+      local value                -- with --dist: the loss of the whole global batch
+      if bucket then
+        local t = glimpse.clock()
+        value = select(2, bucket:average(shard_rows, loss:item()))
+        comm_s = comm_s + glimpse.clock() - t
+      end
       opt:step()
-      return loss
+      return value or loss:item()
     end
-    loss1 = one():item()
+    if DIST then for _, p in ipairs(model:parameters()) do dist.broadcast(p, 0) end end
+    loss1 = one()
   end
   one()   -- warm-up
   collectgarbage()
   local t0, c0 = glimpse.clock(), os.clock()
+  comm_s = 0
   for _ = 1, STEPS do one() end
   local ms = (glimpse.clock() - t0) * 1000 / STEPS
   local cpu_ms = (os.clock() - c0) * 1000 / STEPS     -- CPU time of all threads
+  -- --dist: the allreduce of the gradient bucket alone, every rank ready (after a barrier),
+  -- so the communication shows apart from the wait for a slower rank
+  local bucket_ms
+  if bucket then
+    local s = 0
+    for _ = 1, REPEATS do
+      dist.barrier()
+      local t = glimpse.clock()
+      dist.allreduce(bucket.flat, "sum")
+      s = s + glimpse.clock() - t
+    end
+    bucket_ms = s * 1000 / REPEATS
+  end
+  if rank ~= 0 then return end
   io.write(cjson.encode({side = "glimpse", workload = W, loss1 = loss1, ms_per_step = ms,
-                         cpu_ms_per_step = cpu_ms,
+                         cpu_ms_per_step = cpu_ms, ranks = size,
+                         allreduce_ms_per_step = DIST and comm_s * 1000 / STEPS or nil,
+                         bucket_allreduce_ms = bucket_ms,
+                         bucket_mb = bucket and bucket.flat:numel() * 4 / 2 ^ 20 or nil,
                          steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads()}),
            "\n")
 end

@@ -13,18 +13,28 @@
 -- the steadier number on a machine other work is loading.  The load average before and
 -- after goes into the output.  Prints a table and writes bench/results.json.
 -- A workload whose glimpse side fails is listed as skipped with its error.
+--
+-- glimpse bench/run.lua --scaling [--quick] [--only W2]: data-parallel scaling instead (no
+-- PyTorch): the workload (default W2, the captioner's training step; W1 works too) on one
+-- process with 1 BLAS thread, one process with 2 threads, and 2 ranks of 1 thread under
+-- `mpirun -np 2` (glimpse.dist, the global batch split in two), alternating, ROUNDS times;
+-- best ms per global step of each, the speed-up of 2 ranks over 1, the time in the gradient
+-- allreduce (with any wait for the slower rank), and the load average.
+-- The 2-rank first-step loss must equal the 1-process one (the same global batch).  Writes
+-- bench/scaling.json.
 local cjson = require "cjson"
 
 local LOSS_RTOL = 1e-4
 local PYTHON = "/usr/bin/python3"
 
-local quick, only = false, nil
+local quick, only, scaling = false, nil, false
 do
   local i = 1
   while i <= #arg do
     if arg[i] == "--quick" then quick = true
     elseif arg[i] == "--only" then only = arg[i + 1]; i = i + 1
-    else error("usage: glimpse bench/run.lua [--quick] [--only W]", 0) end
+    elseif arg[i] == "--scaling" then scaling = true
+    else error("usage: glimpse bench/run.lua [--quick] [--only W] [--scaling]", 0) end
     i = i + 1
   end
 end
@@ -86,6 +96,71 @@ local function loadavg()
   local a, b, c = f:read("l"):match("^(%S+) (%S+) (%S+)")
   f:close()
   return {tonumber(a), tonumber(b), tonumber(c)}
+end
+
+local function la(t) return t and string.format("%.2f %.2f %.2f", t[1], t[2], t[3]) or "?" end
+
+-- --scaling: 1 rank (1 and 2 threads) against 2 ranks of 1 thread, on one workload
+local function run_scaling()
+  local w
+  for _, x in ipairs(WORKLOADS) do if x.name == (only or "W2") then w = x end end
+  if not w or (w.name ~= "W1" and w.name ~= "W2") then error("--scaling: W1 or W2", 0) end
+  local steps = quick and w.steps[2] or w.steps[1]
+  local base = string.format("%s bench/glimpse_workloads.lua %s %d", sh_quote(GLIMPSE), w.name,
+                             steps)
+  local mpirun = "mpirun -np 2 --allow-run-as-root --oversubscribe "
+  local configs = {
+    {name = "1 rank, 1 thread", cmd = base .. " --threads 1"},
+    {name = "1 rank, 2 threads", cmd = base .. " --threads 2"},
+    {name = "2 ranks, 1 thread each", cmd = mpirun .. base .. " --threads 1 --dist"},
+  }
+  local load_start = loadavg()
+  io.stderr:write(string.format("%s: %s, %d steps x %d rounds, 3 configurations\n", w.name,
+                                w.what, steps, ROUNDS))
+  for _ = 1, ROUNDS do
+    for _, c in ipairs(configs) do
+      local g, err = run_json(c.cmd)
+      if not g then error(c.name .. ": " .. err, 0) end
+      if not c.ms or g.ms_per_step < c.ms then
+        c.ms, c.cpu_ms, c.allreduce_ms = g.ms_per_step, g.cpu_ms_per_step, g.allreduce_ms_per_step
+      end
+      if g.bucket_allreduce_ms and (not c.bucket_ms or g.bucket_allreduce_ms < c.bucket_ms) then
+        c.bucket_ms, c.bucket_mb = g.bucket_allreduce_ms, g.bucket_mb
+      end
+      c.loss1, c.ranks = g.loss1, g.ranks
+    end
+  end
+  local load_end = loadavg()
+  local one = configs[1]
+  print(string.format("| %-22s | %12s | %16s | %13s | %8s | %-10s |", "configuration",
+                      "ms per step", "CPU ms per rank", "allreduce ms", "speed-up", "same loss"))
+  print("|------------------------|--------------|------------------|---------------|----------|"
+        .. "------------|")
+  for _, c in ipairs(configs) do
+    c.speedup = one.ms / c.ms
+    c.loss_rel_diff = math.abs(c.loss1 - one.loss1) / math.abs(one.loss1)
+    print(string.format("| %-22s | %12.1f | %16.1f | %13s | %8.2f | %-10s |", c.name, c.ms,
+                        c.cpu_ms, c.allreduce_ms and string.format("%.1f", c.allreduce_ms) or "-",
+                        c.speedup, string.format("%s %.0e", c.loss_rel_diff <= LOSS_RTOL and "yes"
+                                                 or "NO", c.loss_rel_diff)))
+    c.cmd = nil
+  end
+  local two = configs[3]
+  print(string.format("the gradient bucket (%.1f MiB) alone, both ranks ready: %.2f ms an "
+                      .. "allreduce (best of the rounds' means of 20)", two.bucket_mb, two.bucket_ms))
+  print(string.format("load average (1, 5, 15 min): %s before, %s after", la(load_start),
+                      la(load_end)))
+  local out = io.open("bench/scaling.json", "w")
+  out:write(cjson.encode({workload = w.name, what = w.what, steps = steps, rounds = ROUNDS,
+                          loadavg_start = load_start, loadavg_end = load_end,
+                          configs = configs}), "\n")
+  out:close()
+  print("wrote bench/scaling.json")
+end
+
+if scaling then
+  run_scaling()
+  return
 end
 
 local load_start = loadavg()
@@ -164,7 +239,6 @@ for _, r in ipairs(results) do
 end
 
 local load_end = loadavg()
-local function la(t) return t and string.format("%.2f %.2f %.2f", t[1], t[2], t[3]) or "?" end
 print(string.format("load average (1, 5, 15 min): %s before, %s after", la(load_start),
                     la(load_end)))
 local out = io.open("bench/results.json", "w")

@@ -2,28 +2,14 @@
  *
  * The raw fused ops go into the table glimpse._attention; bindings/glimpse/attention.lua
  * wraps them into the documented functional API (glimpse.attention) and the nn modules build
- * on that.  Masks and priors may be tensors or nested tables; nil means none.  Two-output ops
- * push both result boxes before the engine runs, so an error leaves nothing unowned.
+ * on that.  Masks and priors may be tensors or nested tables (lg_optarg: a converted table
+ * lives in a Lua box); nil means none.  Two-output ops push both result boxes before the
+ * engine runs, so an error leaves nothing unowned.
  */
 #include "lglimpse.h"
 
 #include <math.h>
 #include <string.h>
-
-/* The tensor at i, or NULL when nil/none.  A table is converted to a tensor that replaces
- * the argument on the stack, so Lua owns it and an error later cannot leak it. */
-static gl_tensor *opt_tensor(lua_State *L, int i) {
-  if (lua_isnoneornil(L, i)) return NULL;
-  gl_tensor *t = lg_test(L, i);
-  if (t) return t;
-  if (!lua_istable(L, i) && lua_type(L, i) != LUA_TNUMBER)
-    luaL_argerror(L, i, lua_pushfstring(L, "tensor, table or nil expected, got %s",
-                                        luaL_typename(L, i)));
-  t = lg_to_tensor(L, i);
-  lg_push(L, t);
-  lua_replace(L, i);
-  return t;
-}
 
 /* options table at i: temperature (number > 0), normaliser ("softmax" | "sigmoid") */
 static void check_opts(lua_State *L, int i, gl_attn_opts *o) {
@@ -51,7 +37,7 @@ static void check_opts(lua_State *L, int i, gl_attn_opts *o) {
 static int l_additive(lua_State *L) {
   gl_tensor *wq = lg_check(L, 1), *uk = lg_check(L, 2), *v = lg_check(L, 3);
   gl_tensor *values = lg_check(L, 4);
-  gl_tensor *mask = opt_tensor(L, 5), *prior = opt_tensor(L, 6);
+  gl_tensor *mask = lg_optarg(L, 5), *prior = lg_optarg(L, 6);
   gl_attn_opts o;
   check_opts(L, 7, &o);
   gl_tensor **ctx = lg_newbox(L), **alpha = lg_newbox(L);
@@ -70,7 +56,7 @@ static int l_additive_scores(lua_State *L) {
 /* dot(q (B,D), keys (B,L,D), values (B,L,Dv), mask, prior, scale, opts) -> ctx, alpha */
 static int l_dot(lua_State *L) {
   gl_tensor *q = lg_check(L, 1), *keys = lg_check(L, 2), *values = lg_check(L, 3);
-  gl_tensor *mask = opt_tensor(L, 4), *prior = opt_tensor(L, 5);
+  gl_tensor *mask = lg_optarg(L, 4), *prior = lg_optarg(L, 5);
   float scale = (float)luaL_optnumber(L, 6, 1.0);
   gl_attn_opts o;
   check_opts(L, 7, &o);
@@ -82,7 +68,7 @@ static int l_dot(lua_State *L) {
 /* context(scores (B,L), values (B,L,Dv), mask, prior, opts) -> ctx, alpha */
 static int l_context(lua_State *L) {
   gl_tensor *e = lg_check(L, 1), *values = lg_check(L, 2);
-  gl_tensor *mask = opt_tensor(L, 3), *prior = opt_tensor(L, 4);
+  gl_tensor *mask = lg_optarg(L, 3), *prior = lg_optarg(L, 4);
   gl_attn_opts o;
   check_opts(L, 5, &o);
   gl_tensor **ctx = lg_newbox(L), **alpha = lg_newbox(L);
@@ -93,7 +79,7 @@ static int l_context(lua_State *L) {
 /* mh_probs(q (N,Tq,d), k (N,Tk,d), mask (B,Tk) or nil, heads, causal, scale) -> (N,Tq,Tk) */
 static int l_mh_probs(lua_State *L) {
   gl_tensor *q = lg_check(L, 1), *k = lg_check(L, 2);
-  gl_tensor *mask = opt_tensor(L, 3);
+  gl_tensor *mask = lg_optarg(L, 3);
   int heads = lg_checkint(L, 4);
   int causal = lua_toboolean(L, 5);
   float scale = (float)luaL_checknumber(L, 6);
@@ -104,7 +90,7 @@ static int l_mh_probs(lua_State *L) {
 
 /* cosine(k (B,D), mem (B,N,D), beta (B) or nil) -> (B,N) */
 static int l_cosine(lua_State *L) {
-  gl_tensor *k = lg_check(L, 1), *mem = lg_check(L, 2), *beta = opt_tensor(L, 3);
+  gl_tensor *k = lg_check(L, 1), *mem = lg_check(L, 2), *beta = lg_optarg(L, 3);
   gl_tensor **e = lg_newbox(L);
   LG_TRY(L, "attn_cosine", gl_attn_cosine(e, k, mem, beta));
   return 1;

@@ -93,22 +93,28 @@ static int l_read_idx(lua_State *L) {
   return 1;
 }
 
-/* the flat range [pos, pos+count) of t, checked; returns the 0-based offset */
+/* the flat range [pos, pos+count) of t, checked without overflow for any Lua integers;
+ * returns the 0-based offset */
 static size_t check_range(lua_State *L, gl_tensor *t, int argpos, lua_Integer pos,
                           lua_Integer count) {
-  if (pos < 1 || count < 0 || (size_t)(pos - 1) > t->numel ||
-      (size_t)count > t->numel - (size_t)(pos - 1))
-    luaL_argerror(L, argpos, lua_pushfstring(L, "elements %I..%I out of range for a tensor "
-                                                "of %I elements", (LUAI_UACINT)pos,
-                                             (LUAI_UACINT)(pos + count - 1),
-                                             (LUAI_UACINT)t->numel));
+  lua_Integer numel = (lua_Integer)t->numel;
+  if (pos < 1 || pos > numel + 1 || count < 0 || count > numel - (pos - 1)) {
+    if (pos < 1 || pos > numel + 1)
+      luaL_argerror(L, argpos, lua_pushfstring(L, "position %I out of range for a tensor of "
+                                                  "%I elements", (LUAI_UACINT)pos,
+                                               (LUAI_UACINT)numel));
+    luaL_argerror(L, argpos, lua_pushfstring(L, "%I elements from position %I out of range "
+                                                "for a tensor of %I elements",
+                                             (LUAI_UACINT)count, (LUAI_UACINT)pos,
+                                             (LUAI_UACINT)numel));
+  }
   return (size_t)(pos - 1);
 }
 
 /* _data_set(t, pos, values): t's flat elements pos.. = values[1..#values] (in place) */
 static int l_data_set(lua_State *L) {
   gl_tensor *t = lg_check(L, 1);
-  lua_Integer pos = luaL_checkinteger(L, 2);
+  lua_Integer pos = lg_checkinteger(L, 2, 1, (lua_Integer)t->numel + 1);
   luaL_checktype(L, 3, LUA_TTABLE);
   lua_Integer n = luaL_len(L, 3);
   size_t off = check_range(L, t, 2, pos, n);
@@ -130,8 +136,9 @@ static int l_data_set(lua_State *L) {
 /* _data_get(t [, pos=1 [, count=all after pos]]) -> flat table of t's elements */
 static int l_data_get(lua_State *L) {
   gl_tensor *t = lg_check(L, 1);
-  lua_Integer pos = luaL_optinteger(L, 2, 1);
-  lua_Integer count = luaL_optinteger(L, 3, (lua_Integer)t->numel - (pos - 1));
+  lua_Integer numel = (lua_Integer)t->numel;
+  lua_Integer pos = lg_optinteger(L, 2, 1, 1, numel + 1);
+  lua_Integer count = lg_optinteger(L, 3, numel - (pos - 1), 0, numel - (pos - 1));
   size_t off = check_range(L, t, 2, pos, count);
   lua_createtable(L, (int)count, 0);
   const float *d = t->data + off;

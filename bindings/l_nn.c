@@ -109,7 +109,7 @@ static int l_batch_norm(lua_State *L) {
   float momentum = (float)luaL_optnumber(L, 7, 0.1);
   float eps = (float)luaL_optnumber(L, 8, 1e-5);
   gl_tensor **box = lg_newbox(L);
-  LG_TRY(L, "batch_norm", gl_batch_norm(box, x, w, b, rm, rv, training, momentum, eps));
+  LG_TRY(L, "batch_norm2d", gl_batch_norm(box, x, w, b, rm, rv, training, momentum, eps));
   return 1;
 }
 

@@ -11,27 +11,20 @@
 
 #define NO_IGNORE (-1000000)
 
-/* A 0-based index tensor from a 1-based tensor, table or integer at stack i (new ref). */
+/* A 0-based index tensor from a 1-based tensor, table or integer at stack i: a scratch box
+ * pushed on the stack (borrowed; Lua owns it). */
 static gl_tensor *index_arg(lua_State *L, int i) {
-  gl_tensor *t;
   if (lua_isinteger(L, i)) {
-    float v = (float)lua_tointeger(L, i) - 1;
+    float v = (float)lg_checkint(L, i) - 1;
     gl_tensor **box = lg_newbox(L);
     LG_TRY(L, "index", gl_from_data(box, 1, (int[]){1}, &v));
-    t = *box;
-    gl_retain(t);
-    lua_pop(L, 1);
-    return t;
+    return *box;
   }
-  gl_tensor *src = lg_to_tensor(L, i);
+  gl_tensor *src = lg_arg(L, i);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_clone(box, src);
-  gl_release(src);
-  if (st) lg_error(L, "index");
-  t = *box;
+  LG_TRY(L, "index", gl_clone(box, src));
+  gl_tensor *t = *box;
   for (size_t k = 0; k < t->numel; k++) t->data[k] -= 1;
-  gl_retain(t);
-  lua_pop(L, 1);
   return t;
 }
 
@@ -71,30 +64,19 @@ static int arith(lua_State *L, const char *name, binop f, int sop) {
       case 2: st = gl_mul_scalar(box, b, s); break;
       case 3: st = gl_rdiv_scalar(box, b, s); break;
       default: {
-        gl_tensor *sa;
-        if (gl_full(&sa, 0, NULL, s)) lg_error(L, name);
-        st = f(box, sa, b);
-        gl_release(sa);
+        gl_tensor **sa = lg_newbox(L);   /* scratch, above the result box */
+        LG_TRY(L, name, gl_full(sa, 0, NULL, s));
+        st = f(box, *sa, b);
+        lua_pop(L, 1);
       }
     }
     if (st) lg_error(L, name);
     return 1;
   }
   /* a table on one side: make it a tensor */
-  gl_tensor *x = lg_to_tensor(L, 1);
-  gl_tensor *y = lg_test(L, 2) ? (gl_retain(lg_test(L, 2)), lg_test(L, 2)) : NULL;
-  if (!y) {
-    if (lua_type(L, 2) != LUA_TTABLE && lua_type(L, 2) != LUA_TNUMBER) {
-      gl_release(x);
-      luaL_argerror(L, 2, lua_pushfstring(L, "tensor or number expected, got %s", luaL_typename(L, 2)));
-    }
-    y = lg_to_tensor(L, 2);
-  }
+  gl_tensor *x = lg_arg(L, 1), *y = lg_arg(L, 2);
   gl_tensor **box = lg_newbox(L);
-  int st = f(box, x, y);
-  gl_release(x);
-  gl_release(y);
-  if (st) lg_error(L, name);
+  if (f(box, x, y)) lg_error(L, name);
   return 1;
 }
 
@@ -105,16 +87,9 @@ static int m_div(lua_State *L) { return arith(L, "div", gl_div, 3); }
 static int m_pow(lua_State *L) { return arith(L, "pow", gl_pow, 4); }
 
 static int two_tensors(lua_State *L, const char *name, binop f) {
-  gl_tensor *a = lg_to_tensor(L, 1);
-  gl_tensor *b = lg_test(L, 2);
-  if (b) gl_retain(b);
-  else if (lua_isnoneornil(L, 2)) { gl_release(a); luaL_argerror(L, 2, "tensor or number expected, got no value"); }
-  else b = lg_to_tensor(L, 2);
+  gl_tensor *a = lg_arg(L, 1), *b = lg_arg(L, 2);
   gl_tensor **box = lg_newbox(L);
-  int st = f(box, a, b);
-  gl_release(a);
-  gl_release(b);
-  if (st) lg_error(L, name);
+  if (f(box, a, b)) lg_error(L, name);
   return 1;
 }
 
@@ -123,11 +98,9 @@ static int m_minimum(lua_State *L) { return two_tensors(L, "minimum", gl_minimum
 
 static int cmp_with(lua_State *L, const char *how) {
   gl_tensor *a = lg_check(L, 1);
-  gl_tensor *b = lg_to_tensor(L, 2);
+  gl_tensor *b = lg_arg(L, 2);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_cmp(box, a, b, how);
-  gl_release(b);
-  if (st) lg_error(L, how);
+  if (gl_cmp(box, a, b, how)) lg_error(L, how);
   return 1;
 }
 
@@ -139,13 +112,9 @@ static int m_gt(lua_State *L) { return cmp_with(L, "gt"); }
 static int m_ge(lua_State *L) { return cmp_with(L, "ge"); }
 
 static int l_where(lua_State *L) {
-  gl_tensor *c = lg_to_tensor(L, 1), *a = lg_to_tensor(L, 2), *b = lg_to_tensor(L, 3);
+  gl_tensor *c = lg_arg(L, 1), *a = lg_arg(L, 2), *b = lg_arg(L, 3);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_where(box, c, a, b);
-  gl_release(c);
-  gl_release(a);
-  gl_release(b);
-  if (st) lg_error(L, "where");
+  LG_TRY(L, "where", gl_where(box, c, a, b));
   return 1;
 }
 
@@ -399,9 +368,7 @@ static int m_index_select(lua_State *L) {
   int d = lg_checkdim(L, 2, a->ndim);
   gl_tensor *idx = index_arg(L, 3);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_index_select(box, a, d, idx);
-  gl_release(idx);
-  if (st) lg_error(L, "index_select");
+  LG_TRY(L, "index_select", gl_index_select(box, a, d, idx));
   return 1;
 }
 
@@ -410,9 +377,7 @@ static int m_gather(lua_State *L) {
   int d = lg_checkdim(L, 2, a->ndim);
   gl_tensor *idx = index_arg(L, 3);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_gather(box, a, d, idx);
-  gl_release(idx);
-  if (st) lg_error(L, "gather");
+  LG_TRY(L, "gather", gl_gather(box, a, d, idx));
   return 1;
 }
 
@@ -420,12 +385,9 @@ static int m_scatter_add(lua_State *L) {
   gl_tensor *a = lg_check(L, 1);
   int d = lg_checkdim(L, 2, a->ndim);
   gl_tensor *idx = index_arg(L, 3);
-  gl_tensor *src = lg_test(L, 4);
-  if (!src) { gl_release(idx); lg_check(L, 4); }
+  gl_tensor *src = lg_check(L, 4);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_scatter_add(box, a, d, idx, src);
-  gl_release(idx);
-  if (st) lg_error(L, "scatter_add");
+  LG_TRY(L, "scatter_add", gl_scatter_add(box, a, d, idx, src));
   return 1;
 }
 
@@ -453,12 +415,10 @@ static int m_clone(lua_State *L) {
 
 static int embedding(lua_State *L) {
   gl_tensor *w = lg_check(L, 1);
+  int pad = lua_isnoneornil(L, 3) ? NO_IGNORE : (int)lg_checkinteger(L, 3, 1, 2147483647) - 1;
   gl_tensor *idx = index_arg(L, 2);
-  int pad = lua_isnoneornil(L, 3) ? NO_IGNORE : lg_checkint(L, 3) - 1;
   gl_tensor **box = lg_newbox(L);
-  int st = gl_embedding(box, w, idx, pad);
-  gl_release(idx);
-  if (st) lg_error(L, "embedding");
+  LG_TRY(L, "embedding", gl_embedding(box, w, idx, pad));
   return 1;
 }
 
@@ -506,20 +466,16 @@ static int m_zero_(lua_State *L) {
 
 static int m_copy_(lua_State *L) {
   gl_tensor *a = lg_check(L, 1);
-  gl_tensor *b = lg_to_tensor(L, 2);
-  int st = gl_copy_(a, b);
-  gl_release(b);
-  if (st) lg_error(L, "copy_");
+  gl_tensor *b = lg_arg(L, 2);
+  LG_TRY(L, "copy_", gl_copy_(a, b));
   lua_settop(L, 1);
   return 1;
 }
 
 static int m_add_(lua_State *L) {
   gl_tensor *a = lg_check(L, 1);
-  gl_tensor *b = lg_to_tensor(L, 2);
-  int st = gl_add_(a, b, (float)luaL_optnumber(L, 3, 1.0));
-  gl_release(b);
-  if (st) lg_error(L, "add_");
+  gl_tensor *b = lg_arg(L, 2);
+  LG_TRY(L, "add_", gl_add_(a, b, (float)luaL_optnumber(L, 3, 1.0)));
   lua_settop(L, 1);
   return 1;
 }
@@ -535,7 +491,7 @@ static int m_uniform_(lua_State *L) {
   float lo = (float)luaL_optnumber(L, 2, 0), hi = (float)luaL_optnumber(L, 3, 1);
   if (gl_grad_enabled() && a->requires_grad && a->node)
     luaL_error(L, "uniform_: in-place change of a non-leaf tensor");
-  gl_uniform_(a, lo, hi);
+  LG_TRY(L, "uniform_", gl_uniform_(a, lo, hi));
   lua_settop(L, 1);
   return 1;
 }
@@ -545,7 +501,7 @@ static int m_normal_(lua_State *L) {
   float mu = (float)luaL_optnumber(L, 2, 0), sd = (float)luaL_optnumber(L, 3, 1);
   if (gl_grad_enabled() && a->requires_grad && a->node)
     luaL_error(L, "normal_: in-place change of a non-leaf tensor");
-  gl_normal_(a, mu, sd);
+  LG_TRY(L, "normal_", gl_normal_(a, mu, sd));
   lua_settop(L, 1);
   return 1;
 }
@@ -561,11 +517,9 @@ static int m_has_nan(lua_State *L) {
 static int l_softmax(lua_State *L) {
   gl_tensor *a = lg_check(L, 1);
   int d = lg_optdim(L, 2, a->ndim, a->ndim - 1);
-  gl_tensor *mask = lua_isnoneornil(L, 3) ? NULL : lg_to_tensor(L, 3);
+  gl_tensor *mask = lg_optarg(L, 3);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_softmax(box, a, d, mask);
-  gl_release(mask);
-  if (st) lg_error(L, "softmax");
+  LG_TRY(L, "softmax", gl_softmax(box, a, d, mask));
   return 1;
 }
 
@@ -577,64 +531,60 @@ static int l_log_softmax(lua_State *L) {
   return 1;
 }
 
+/* reduction option of the options table at i ("mean" when absent) */
 static int opt_reduction(lua_State *L, int i, const char *name) {
-  if (!lua_istable(L, i)) return GL_REDUCE_MEAN;
+  if (lua_isnoneornil(L, i)) return GL_REDUCE_MEAN;
+  if (!lua_istable(L, i))
+    luaL_argerror(L, i, lua_pushfstring(L, "options table expected, got %s", luaL_typename(L, i)));
   lua_getfield(L, i, "reduction");
-  const char *r = luaL_optstring(L, -1, "mean");
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return GL_REDUCE_MEAN; }
+  const char *r = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+  int red = !r ? -1 : !strcmp(r, "mean") ? GL_REDUCE_MEAN : !strcmp(r, "sum") ? GL_REDUCE_SUM
+                  : !strcmp(r, "none") ? GL_REDUCE_NONE : -1;
+  if (red < 0)
+    luaL_error(L, "%s: reduction '%s' is not one of mean, sum, none", name,
+               luaL_tolstring(L, -1, NULL));
   lua_pop(L, 1);
-  if (!strcmp(r, "mean")) return GL_REDUCE_MEAN;
-  if (!strcmp(r, "sum")) return GL_REDUCE_SUM;
-  if (!strcmp(r, "none")) return GL_REDUCE_NONE;
-  return luaL_error(L, "%s: reduction '%s' is not one of mean, sum, none", name, r);
+  return red;
 }
 
-static int opt_ignore(lua_State *L, int i) {
-  if (!lua_istable(L, i)) return NO_IGNORE;
-  lua_getfield(L, i, "ignore_index");
-  int v = lua_isnil(L, -1) ? NO_IGNORE : (int)luaL_checkinteger(L, -1) - 1;
-  lua_pop(L, 1);
-  return v;
+/* ignore_index option (1-based) -> 0-based; NO_IGNORE when absent.  Out of int range is
+ * an error, not a wrapped class id. */
+static int opt_ignore(lua_State *L, int i, const char *name) {
+  lua_Integer v = lg_optfield_integer(L, i, "ignore_index", NO_IGNORE, -2147483647, 2147483647,
+                                      name);
+  return v == NO_IGNORE ? NO_IGNORE : (int)(v - 1);
 }
 
 static int l_cross_entropy(lua_State *L) {
   gl_tensor *x = lg_check(L, 1);
   if (lua_isnoneornil(L, 2)) luaL_argerror(L, 2, "targets expected");
   if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
-  int red = opt_reduction(L, 3, "cross_entropy"), ign = opt_ignore(L, 3);
-  float eps = 0;
-  if (lua_istable(L, 3)) {
-    lua_getfield(L, 3, "label_smoothing");
-    eps = (float)luaL_optnumber(L, -1, 0);
-    lua_pop(L, 1);
-  }
+  int red = opt_reduction(L, 3, "cross_entropy"), ign = opt_ignore(L, 3, "cross_entropy");
+  float eps = (float)lg_optfield_number(L, 3, "label_smoothing", 0, "cross_entropy");
   gl_tensor *t = index_arg(L, 2);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_cross_entropy(box, x, t, ign, red, eps);
-  gl_release(t);
-  if (st) lg_error(L, "cross_entropy");
+  LG_TRY(L, "cross_entropy", gl_cross_entropy(box, x, t, ign, red, eps));
   return 1;
 }
 
 static int l_nll_loss(lua_State *L) {
   gl_tensor *x = lg_check(L, 1);
   if (lua_isnoneornil(L, 2)) luaL_argerror(L, 2, "targets expected");
-  int red = opt_reduction(L, 3, "nll_loss"), ign = opt_ignore(L, 3);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  int red = opt_reduction(L, 3, "nll_loss"), ign = opt_ignore(L, 3, "nll_loss");
   gl_tensor *t = index_arg(L, 2);
   gl_tensor **box = lg_newbox(L);
-  int st = gl_nll_loss(box, x, t, ign, red);
-  gl_release(t);
-  if (st) lg_error(L, "nll_loss");
+  LG_TRY(L, "nll_loss", gl_nll_loss(box, x, t, ign, red));
   return 1;
 }
 
 static int pair_loss(lua_State *L, const char *name, int bce) {
   gl_tensor *a = lg_check(L, 1);
-  gl_tensor *b = lg_to_tensor(L, 2);
+  gl_tensor *b = lg_arg(L, 2);
   int red = opt_reduction(L, 3, name);
   gl_tensor **box = lg_newbox(L);
-  int st = bce ? gl_bce_loss(box, a, b, red) : gl_mse_loss(box, a, b, red);
-  gl_release(b);
-  if (st) lg_error(L, name);
+  if (bce ? gl_bce_loss(box, a, b, red) : gl_mse_loss(box, a, b, red)) lg_error(L, name);
   return 1;
 }
 
@@ -652,7 +602,7 @@ static int l_dropout(lua_State *L) {
 
 static int l_multinomial(lua_State *L) {
   gl_tensor *p = lg_check(L, 1);
-  int n = (int)luaL_optinteger(L, 2, 1);
+  int n = (int)lg_optinteger(L, 2, 1, 1, 2147483647);
   int repl = lua_toboolean(L, 3);
   gl_tensor **box = lg_newbox(L);
   LG_TRY(L, "multinomial", gl_multinomial(box, p, n, repl));

@@ -21,18 +21,6 @@ static gl_tensor *opt_tensor(lua_State *L, int i) {
   return lua_isnoneornil(L, i) ? NULL : lg_check(L, i);
 }
 
-/* the mask at i: nil, a tensor, or a table of 0/1 (converted; the new tensor is pushed on the
- * stack so Lua owns it) */
-static gl_tensor *opt_mask(lua_State *L, int i) {
-  if (lua_isnoneornil(L, i)) return NULL;
-  gl_tensor *t = lg_test(L, i);
-  if (t) return t;
-  t = lg_to_tensor(L, i);
-  lg_push(L, t);   /* Lua now owns the reference */
-  lua_replace(L, i);
-  return t;
-}
-
 static int opt_relu(lua_State *L, int i) {
   static const char *const names[] = {"tanh", "relu", NULL};
   return luaL_checkoption(L, i, "tanh", names);
@@ -43,7 +31,7 @@ static int opt_relu(lua_State *L, int i) {
 
 static int l_lstm_cell(lua_State *L) {
   gl_tensor *xp = lg_check(L, 1), *h = opt_tensor(L, 2), *c = opt_tensor(L, 3);
-  gl_tensor *w = lg_check(L, 4), *b = opt_tensor(L, 5), *m = opt_mask(L, 6);
+  gl_tensor *w = lg_check(L, 4), *b = opt_tensor(L, 5), *m = lg_optarg(L, 6);
   gl_tensor **hb = lg_newbox(L), **cb = lg_newbox(L);
   LG_TRY(L, "lstm_cell", gl_lstm_cell(hb, cb, xp, h, c, w, b, m));
   return 2;
@@ -51,7 +39,7 @@ static int l_lstm_cell(lua_State *L) {
 
 static int l_gru_cell(lua_State *L) {
   gl_tensor *xp = lg_check(L, 1), *h = opt_tensor(L, 2), *w = lg_check(L, 3);
-  gl_tensor *b = opt_tensor(L, 4), *m = opt_mask(L, 5);
+  gl_tensor *b = opt_tensor(L, 4), *m = lg_optarg(L, 5);
   gl_tensor **hb = lg_newbox(L);
   LG_TRY(L, "gru_cell", gl_gru_cell(hb, xp, h, w, b, m));
   return 1;
@@ -59,7 +47,7 @@ static int l_gru_cell(lua_State *L) {
 
 static int l_rnn_cell(lua_State *L) {
   gl_tensor *xp = lg_check(L, 1), *h = opt_tensor(L, 2), *w = lg_check(L, 3);
-  gl_tensor *b = opt_tensor(L, 4), *m = opt_mask(L, 5);
+  gl_tensor *b = opt_tensor(L, 4), *m = lg_optarg(L, 5);
   int relu = opt_relu(L, 6);
   gl_tensor **hb = lg_newbox(L);
   LG_TRY(L, "rnn_cell", gl_rnn_cell(hb, xp, h, w, b, m, relu));
@@ -71,7 +59,7 @@ static int l_rnn_cell(lua_State *L) {
 
 static int l_lstm_seq(lua_State *L) {
   gl_tensor *xp = lg_check(L, 1), *h = opt_tensor(L, 2), *c = opt_tensor(L, 3);
-  gl_tensor *w = lg_check(L, 4), *b = opt_tensor(L, 5), *m = opt_mask(L, 6);
+  gl_tensor *w = lg_check(L, 4), *b = opt_tensor(L, 5), *m = lg_optarg(L, 6);
   int reverse = lua_toboolean(L, 7);
   gl_tensor **yb = lg_newbox(L), **hb = lg_newbox(L), **cb = lg_newbox(L);
   LG_TRY(L, "lstm_seq", gl_lstm_seq(yb, hb, cb, xp, h, c, w, b, m, reverse));
@@ -80,7 +68,7 @@ static int l_lstm_seq(lua_State *L) {
 
 static int l_gru_seq(lua_State *L) {
   gl_tensor *xp = lg_check(L, 1), *h = opt_tensor(L, 2), *w = lg_check(L, 3);
-  gl_tensor *b = opt_tensor(L, 4), *m = opt_mask(L, 5);
+  gl_tensor *b = opt_tensor(L, 4), *m = lg_optarg(L, 5);
   int reverse = lua_toboolean(L, 6);
   gl_tensor **yb = lg_newbox(L), **hb = lg_newbox(L);
   LG_TRY(L, "gru_seq", gl_gru_seq(yb, hb, xp, h, w, b, m, reverse));
@@ -89,7 +77,7 @@ static int l_gru_seq(lua_State *L) {
 
 static int l_rnn_seq(lua_State *L) {
   gl_tensor *xp = lg_check(L, 1), *h = opt_tensor(L, 2), *w = lg_check(L, 3);
-  gl_tensor *b = opt_tensor(L, 4), *m = opt_mask(L, 5);
+  gl_tensor *b = opt_tensor(L, 4), *m = lg_optarg(L, 5);
   int reverse = lua_toboolean(L, 6);
   int relu = opt_relu(L, 7);
   gl_tensor **yb = lg_newbox(L), **hb = lg_newbox(L);

@@ -54,17 +54,52 @@ int lg_error(lua_State *L, const char *fname) {
   return luaL_error(L, "%s: %s", fname, msg);
 }
 
-int lg_checkint(lua_State *L, int i) {
-  lua_Integer v;
+lua_Integer lg_checkinteger(lua_State *L, int i, lua_Integer lo, lua_Integer hi) {
   int isnum = 0;
-  v = lua_tointegerx(L, i, &isnum);
+  lua_Integer v = lua_tointegerx(L, i, &isnum);
   if (!isnum) {
     if (lua_type(L, i) == LUA_TNUMBER)
       luaL_argerror(L, i, lua_pushfstring(L, "integer expected, got %f", lua_tonumber(L, i)));
     luaL_argerror(L, i, lua_pushfstring(L, "integer expected, got %s", luaL_typename(L, i)));
   }
-  if (v < -2147483647 || v > 2147483647) luaL_argerror(L, i, "integer out of range");
-  return (int)v;
+  if (v < lo || v > hi)
+    luaL_argerror(L, i, lua_pushfstring(L, "integer %I out of range [%I, %I]", (LUAI_UACINT)v,
+                                        (LUAI_UACINT)lo, (LUAI_UACINT)hi));
+  return v;
+}
+
+lua_Integer lg_optinteger(lua_State *L, int i, lua_Integer def, lua_Integer lo, lua_Integer hi) {
+  return lua_isnoneornil(L, i) ? def : lg_checkinteger(L, i, lo, hi);
+}
+
+int lg_checkint(lua_State *L, int i) {
+  return (int)lg_checkinteger(L, i, -2147483647, 2147483647);
+}
+
+lua_Integer lg_optfield_integer(lua_State *L, int t, const char *key, lua_Integer def,
+                                lua_Integer lo, lua_Integer hi, const char *fname) {
+  if (!lua_istable(L, t)) return def;
+  lua_getfield(L, t, key);
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return def; }
+  int isnum = 0;
+  lua_Integer v = lua_tointegerx(L, -1, &isnum);
+  if (!isnum || v < lo || v > hi)
+    luaL_error(L, "%s: option '%s' must be an integer in [%I, %I], got %s", fname, key,
+               (LUAI_UACINT)lo, (LUAI_UACINT)hi, luaL_tolstring(L, -1, NULL));
+  lua_pop(L, 1);
+  return v;
+}
+
+double lg_optfield_number(lua_State *L, int t, const char *key, double def, const char *fname) {
+  if (!lua_istable(L, t)) return def;
+  lua_getfield(L, t, key);
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return def; }
+  int isnum = 0;
+  lua_Number v = lua_tonumberx(L, -1, &isnum);
+  if (!isnum)
+    luaL_error(L, "%s: option '%s' must be a number, got %s", fname, key, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return v;
 }
 
 int lg_checkdim(lua_State *L, int i, int ndim) {
@@ -139,42 +174,80 @@ void lg_account(lua_State *L) {
 /* ------------------------------------------------------------------------ */
 /* tables <-> tensors */
 
-static void table_shape(lua_State *L, int i, int depth, int *ndim, int *shape) {
-  if (depth >= GL_MAX_DIMS) luaL_error(L, "tensor: table nested deeper than %d", GL_MAX_DIMS);
+/* Errors name the function being called and its argument `arg` (the table's position). */
+static void table_shape(lua_State *L, int arg, int i, int depth, int *ndim, int *shape) {
+  if (depth >= GL_MAX_DIMS)
+    luaL_argerror(L, arg, lua_pushfstring(L, "table nested deeper than %d", GL_MAX_DIMS));
   lua_Integer n = luaL_len(L, i);
-  if (n > 2147483647) luaL_error(L, "tensor: table too long");
+  if (n > 2147483647) luaL_argerror(L, arg, "table too long");
   shape[depth] = (int)n;
   *ndim = depth + 1;
   if (n == 0) return;
   lua_geti(L, i, 1);
-  if (lua_istable(L, -1)) table_shape(L, lua_gettop(L), depth + 1, ndim, shape);
+  if (lua_istable(L, -1)) table_shape(L, arg, lua_gettop(L), depth + 1, ndim, shape);
   lua_pop(L, 1);
 }
 
-static void table_fill(lua_State *L, int i, int depth, int ndim, const int *shape, float **p) {
+static void table_fill(lua_State *L, int arg, int i, int depth, int ndim, const int *shape,
+                       float **p) {
   lua_Integer n = luaL_len(L, i);
   if (n != shape[depth])
-    luaL_error(L, "tensor: ragged table: a row at depth %d has %d entries, expected %d",
-               depth + 1, (int)n, shape[depth]);
+    luaL_argerror(L, arg, lua_pushfstring(L, "ragged table: a row at depth %d has %d entries, "
+                                             "expected %d", depth + 1, (int)n, shape[depth]));
   for (lua_Integer k = 1; k <= n; k++) {
     lua_geti(L, i, k);
     if (depth + 1 < ndim) {
       if (!lua_istable(L, -1))
-        luaL_error(L, "tensor: ragged table: expected a table at depth %d, got %s", depth + 2,
-                   luaL_typename(L, -1));
-      table_fill(L, lua_gettop(L), depth + 1, ndim, shape, p);
+        luaL_argerror(L, arg, lua_pushfstring(L, "ragged table: expected a table at depth %d, "
+                                                 "got %s", depth + 2, luaL_typename(L, -1)));
+      table_fill(L, arg, lua_gettop(L), depth + 1, ndim, shape, p);
     } else {
       int isnum;
       lua_Number v = lua_tonumberx(L, -1, &isnum);
       if (!isnum) {
         if (lua_isboolean(L, -1)) v = lua_toboolean(L, -1);
-        else luaL_error(L, "tensor: expected a number at depth %d, got %s", depth + 1,
-                        luaL_typename(L, -1));
+        else luaL_argerror(L, arg, lua_pushfstring(L, "expected a number at depth %d, got %s",
+                                                   depth + 1, luaL_typename(L, -1)));
       }
       *(*p)++ = (float)v;
     }
     lua_pop(L, 1);
   }
+}
+
+/* Push a new box holding argument i converted to a tensor (number or nested table). */
+static gl_tensor *push_converted(lua_State *L, int i) {
+  i = lua_absindex(L, i);
+  if (lua_type(L, i) == LUA_TNUMBER) {
+    float v = (float)lua_tonumber(L, i);
+    gl_tensor **box = lg_newbox(L);
+    LG_TRY(L, "tensor", gl_from_data(box, 0, NULL, &v));
+    return *box;
+  }
+  if (luaL_testudata(L, i, LG_TENSOR)) luaL_argerror(L, i, "tensor was closed");
+  if (!lua_istable(L, i))
+    luaL_argerror(L, i, lua_pushfstring(L, "tensor, number or table expected, got %s",
+                                        luaL_typename(L, i)));
+  int ndim = 0, shape[GL_MAX_DIMS];
+  table_shape(L, i, i, 0, &ndim, shape);
+  gl_tensor **box = lg_newbox(L);
+  LG_TRY(L, "tensor", gl_empty(box, ndim, shape));
+  float *p = (*box)->data;
+  table_fill(L, i, i, 0, ndim, shape, &p);
+  return *box;
+}
+
+gl_tensor *lg_arg(lua_State *L, int i) {
+  i = lua_absindex(L, i);
+  gl_tensor *t = lg_test(L, i);
+  if (t) return t;
+  t = push_converted(L, i);
+  lua_replace(L, i);
+  return t;
+}
+
+gl_tensor *lg_optarg(lua_State *L, int i) {
+  return lua_isnoneornil(L, i) ? NULL : lg_arg(L, i);
 }
 
 gl_tensor *lg_to_tensor(lua_State *L, int i) {
@@ -183,28 +256,8 @@ gl_tensor *lg_to_tensor(lua_State *L, int i) {
     gl_retain(t);
     return t;
   }
-  i = lua_absindex(L, i);
-  if (lua_type(L, i) == LUA_TNUMBER) {
-    float v = (float)lua_tonumber(L, i);
-    gl_tensor **box = lg_newbox(L);
-    LG_TRY(L, "tensor", gl_from_data(box, 0, NULL, &v));
-    t = *box;
-    gl_retain(t);
-    lua_pop(L, 1);
-    return t;
-  }
-  if (luaL_testudata(L, i, LG_TENSOR)) luaL_argerror(L, i, "tensor was closed");
-  if (!lua_istable(L, i))
-    luaL_argerror(L, i, lua_pushfstring(L, "tensor, number or table expected, got %s",
-                                        luaL_typename(L, i)));
-  int ndim = 0, shape[GL_MAX_DIMS];
-  table_shape(L, i, 0, &ndim, shape);
-  gl_tensor **box = lg_newbox(L);
-  LG_TRY(L, "tensor", gl_empty(box, ndim, shape));
-  float *p = (*box)->data;
-  table_fill(L, i, 0, ndim, shape, &p);
-  t = *box;
-  gl_retain(t);
+  t = push_converted(L, i);
+  gl_retain(t);      /* the caller's reference; the box drops its own when collected */
   lua_pop(L, 1);
   return t;
 }
@@ -226,12 +279,13 @@ static void push_table(lua_State *L, const gl_tensor *t, int depth, size_t *off)
 static int l_tensor(lua_State *L) {
   if (lua_gettop(L) < 1) luaL_argerror(L, 1, "table, number or tensor expected");
   gl_tensor *src = lg_test(L, 1);
-  gl_tensor **box = lg_newbox(L);
   if (src) {
+    gl_tensor **box = lg_newbox(L);
     LG_TRY(L, "tensor", gl_clone(box, src));
     return 1;
   }
-  *box = lg_to_tensor(L, 1);
+  lg_arg(L, 1);        /* the converted tensor's box replaces argument 1 */
+  lua_settop(L, 1);
   return 1;
 }
 
@@ -553,6 +607,15 @@ static int l_no_grad(lua_State *L) {
   return lua_gettop(L) - 1;
 }
 
+/* glimpse._fault(kind, nth): the nth next "node" allocation, "save" or "grad" buffer
+ * allocation of the tape fails as if out of memory (nth 0: off).  For the tests. */
+static int l_fault(lua_State *L) {
+  static const char *const kinds[] = {"node", "save", "grad", NULL};
+  int what = luaL_checkoption(L, 1, NULL, kinds);
+  gl_fault_inject(what, (int)lg_checkinteger(L, 2, 0, 1000000));
+  return 0;
+}
+
 static int l_set_grad_enabled(lua_State *L) {
   lua_pushboolean(L, gl_set_grad_enabled(lua_toboolean(L, 1)));
   return 1;
@@ -671,10 +734,19 @@ static int m_newindex(lua_State *L) {
     if (!strcmp(k, "grad")) {
       if (lua_isnil(L, 3)) { gl_release(t->grad); t->grad = NULL; return 0; }
       gl_tensor *g = lg_check(L, 3);
-      if (!gl_same_shape(g, t)) luaL_error(L, "grad: shape of the gradient differs from the tensor's");
-      gl_retain(g);
+      if (!gl_same_shape(g, t)) {
+        char b1[128], b2[128];
+        luaL_error(L, "grad: a gradient of shape %s for a tensor of shape %s",
+                   gl_shape_str(b1, sizeof b1, g->ndim, g->shape),
+                   gl_shape_str(b2, sizeof b2, t->ndim, t->shape));
+      }
+      /* .grad keeps a new header over g's storage, outside any graph: holding g itself
+       * would make a reference cycle when g is t (x.grad = x), has a .grad of its own or
+       * was computed from t, and refcounts never free a cycle */
+      gl_tensor *a = gl_alias(g);
+      if (!a) luaL_error(L, "grad: out of memory");
       gl_release(t->grad);
-      t->grad = g;
+      t->grad = a;
       return 0;
     }
     return luaL_error(L, "newindex: cannot set field '%s' of a tensor", k);
@@ -688,10 +760,8 @@ static int m_newindex(lua_State *L) {
   if (lua_type(L, 3) == LUA_TNUMBER) {
     LG_TRY(L, "newindex", gl_fill_(dst, (float)lua_tonumber(L, 3)));
   } else {
-    gl_tensor *src = lg_to_tensor(L, 3);
-    int st = gl_copy_(dst, src);
-    gl_release(src);
-    if (st) lg_error(L, "newindex");
+    gl_tensor *src = lg_arg(L, 3);
+    LG_TRY(L, "newindex", gl_copy_(dst, src));
   }
   return 0;
 }
@@ -709,6 +779,7 @@ static const char *const lazy[][2] = {
     {"metrics", "glimpse.metrics"}, {"captioner", "glimpse.captioner"},
     {"train", "glimpse.train"},   {"experiment", "glimpse.experiment"},
     {"report", "glimpse.report"}, {"repl", "glimpse.repl"},
+    {"dist", "glimpse.dist"},
     {NULL, NULL}};
 
 static const char *const lazy_fns[][2] = {
@@ -757,7 +828,7 @@ static const luaL_Reg module_fns[] = {
     {"memory", l_memory},     {"empty_cache", l_empty_cache},
     {"blas_info", l_blas_info}, {"set_num_threads", l_set_num_threads},
     {"get_num_threads", l_get_num_threads}, {"clock", l_clock},
-    {"_isatty", l_isatty},
+    {"_isatty", l_isatty},    {"_fault", l_fault},
     {NULL, NULL}};
 
 static const luaL_Reg methods[] = {
@@ -795,6 +866,7 @@ int luaopen_glimpse(lua_State *L) {
   lg_open_data(L, mod, mi);
   lg_open_rnn(L, mod, mi);
   lg_open_optim(L, mod, mi);
+  lg_open_dist(L, mod, mi);
 
   lua_pushvalue(L, mi);
   lua_setfield(L, mt, "__methods");          /* for the REPL's completion */

@@ -8,7 +8,7 @@
  * Leaves accumulate into .grad.  Afterwards each node drops its inputs and saved tensors,
  * which frees the intermediate activations even while the Lua handles of outputs live on.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +16,30 @@
 static int grad_on = 1;
 static unsigned mark_epoch = 1;
 static gl_node *free_nodes;
+
+/* ------------------------------------------------------------------------ */
+/* failures inside the tape are errors, never a silently smaller graph */
+
+static int fault_at[GL_FAULT_COUNT];
+
+void gl_fault_inject(int what, int nth) {
+  if (what >= 0 && what < GL_FAULT_COUNT) fault_at[what] = nth > 0 ? nth : 0;
+}
+
+/* whether the fault of kind `what` fires now (counts down to it) */
+static int fault(int what) {
+  return fault_at[what] > 0 && --fault_at[what] == 0;
+}
+
+/* The outputs of an op whose node could not be allocated point here: a node that is never
+ * freed, has no inputs, and makes gl_backward fail with the op's name. */
+static const gl_op op_lost = {"lost graph", NULL};
+static gl_node lost_node = {.op = &op_lost, .refs = 1 << 30,
+                            .broken = "a graph node could not be allocated (out of memory)"};
+static const char *lost_op_name = "?";   /* the last op whose node was lost */
+
+/* set when a gradient buffer could not be allocated during the current backward */
+static const char *grad_alloc_failed;
 
 int gl_grad_enabled(void) { return grad_on; }
 
@@ -43,7 +67,7 @@ static void node_drop_graph(gl_node *n) {
 }
 
 void gl_node_release(gl_node *n) {
-  if (!n || --n->refs > 0) return;
+  if (!n || n == &lost_node || --n->refs > 0) return;
   node_drop_graph(n);
   n->ctx = free_nodes;   /* free list linked through ctx */
   free_nodes = n;
@@ -51,9 +75,24 @@ void gl_node_release(gl_node *n) {
 
 gl_node *gl_record(const gl_op *op, int nin, gl_tensor *const *in, int nout, gl_tensor **outs) {
   if (!gl_needs_grad(nin, in)) return NULL;
-  gl_node *n = free_nodes;
-  if (n) free_nodes = n->ctx;
-  else if (!(n = malloc(sizeof *n))) return NULL; /* the op still ran: its outputs lose the graph */
+  gl_node *n = NULL;
+  /* (more inputs or outputs than a node holds is an op's bug; it loses the graph loudly) */
+  if (nin <= GL_MAX_INPUTS && nout <= GL_MAX_OUTPUTS && !fault(GL_FAULT_NODE)) {
+    n = free_nodes;
+    if (n) free_nodes = n->ctx;
+    else n = malloc(sizeof *n);
+  }
+  if (!n) {
+    /* the op's values are right but its graph is lost: tie the outputs to the marker
+     * node, so a backward through them fails instead of silently skipping this op */
+    lost_op_name = op->name;
+    for (int k = 0; k < nout; k++) {
+      outs[k]->node = &lost_node;
+      outs[k]->out_index = 0;
+      outs[k]->requires_grad = 1;
+    }
+    return NULL;
+  }
   memset(n, 0, sizeof *n);
   n->op = op;
   n->nin = nin;
@@ -75,11 +114,29 @@ gl_node *gl_record(const gl_op *op, int nin, gl_tensor *const *in, int nout, gl_
 }
 
 void gl_save(gl_node *n, gl_tensor *t) {
-  if (!n || !t) return;
-  if (n->nsaved < GL_MAX_SAVED) {
-    n->saved[n->nsaved++] = t;
-    t->refs++;
+  if (!n) return;
+  if (!t || fault(GL_FAULT_SAVE)) {
+    n->broken = "a tensor it needs for backward could not be saved (out of memory)";
+    return;
   }
+  if (n->nsaved == GL_MAX_SAVED) {
+    n->broken = "it saved more tensors than a node holds (GL_MAX_SAVED)";
+    return;
+  }
+  n->saved[n->nsaved++] = t;
+  t->refs++;
+}
+
+/* a gradient buffer for x: zeroed or not; NULL (and the backward marked failed) when it
+ * cannot be allocated */
+static int alloc_grad(gl_node *n, gl_tensor **slot, const gl_tensor *x, int zero) {
+  if (fault(GL_FAULT_GRAD) ||
+      (zero ? gl_zeros(slot, x->ndim, x->shape) : gl_empty(slot, x->ndim, x->shape))) {
+    *slot = NULL;
+    grad_alloc_failed = n->op->name;
+    return -1;
+  }
+  return 0;
 }
 
 /* Where input i's gradient goes: the producing node's output-gradient slot, or the leaf's
@@ -94,7 +151,7 @@ gl_tensor *gl_grad_of(gl_node *n, int i) {
   } else {
     slot = &x->grad;
   }
-  if (!*slot && gl_zeros(slot, x->ndim, x->shape)) return NULL;
+  if (!*slot && alloc_grad(n, slot, x, 1)) return NULL;
   return *slot;
 }
 
@@ -115,7 +172,7 @@ gl_tensor *gl_grad_slot(gl_node *n, int i, int *fresh) {
   if (*slot) return *slot;
   for (int j = 0; j < n->nin; j++)
     if (j != i && n->in[j] == x) return gl_grad_of(n, i);
-  if (gl_empty(slot, x->ndim, x->shape)) return NULL;
+  if (alloc_grad(n, slot, x, 0)) return NULL;
   *fresh = 1;
   return *slot;
 }
@@ -208,11 +265,26 @@ int gl_backward(gl_tensor *root, gl_tensor *seed, int retain) {
     return GL_OK;
   }
   gl_node *rn = root->node;
+  if (rn == &lost_node)
+    return gl_fail(GL_ENOMEM, "backward: the graph of this tensor was lost: out of memory "
+                              "while recording op '%s'", lost_op_name);
   if (rn->released)
     return gl_fail(GL_ESTATE, "backward: the graph was already freed by an earlier "
                               "backward (pass retain_graph=true to run it twice)");
   node_vec order = {0};
   if (topo_sort(rn, &order)) { free(order.v); return gl_fail(GL_ENOMEM, "backward: out of memory"); }
+  /* a broken node anywhere upstream: fail before any gradient is accumulated */
+  for (size_t k = 0; k < order.n; k++) {
+    gl_node *n = order.v[k];
+    if (!n->broken) continue;
+    int st = n == &lost_node
+                 ? gl_fail(GL_ENOMEM, "backward: part of the graph was lost: out of memory "
+                                      "while recording op '%s'", lost_op_name)
+                 : gl_fail(GL_ESTATE, "backward: op '%s' cannot run its backward: %s",
+                           n->op->name, n->broken);
+    free(order.v);
+    return st;
+  }
   /* pin every node for the sweep: dropping a node's inputs may free the tensors (and so
    * the nodes) upstream before their turn comes */
   for (size_t k = 0; k < order.n; k++) order.v[k]->refs++;
@@ -226,6 +298,7 @@ int gl_backward(gl_tensor *root, gl_tensor *seed, int retain) {
 
   int prev = gl_set_grad_enabled(0);
   int st = GL_OK;
+  grad_alloc_failed = NULL;
   for (size_t k = order.n; k-- > 0;) {
     gl_node *n = order.v[k];
     int any = 0;
@@ -235,6 +308,9 @@ int gl_backward(gl_tensor *root, gl_tensor *seed, int retain) {
       for (int j = 0; j < n->nout && !st; j++)
         if (!n->gout[j]) st = gl_zeros(&n->gout[j], n->out_ndim[j], n->out_shape[j]);
       if (!st) st = n->op->backward(n, n->gout);
+      if (!st && grad_alloc_failed)
+        st = gl_fail(GL_ENOMEM, "backward: out of memory for a gradient buffer in op '%s'",
+                     grad_alloc_failed);
       if (st) break;
     }
     if (!retain) {

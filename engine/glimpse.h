@@ -17,9 +17,6 @@
 #include <stdint.h>
 
 #define GL_MAX_DIMS 8
-#define GL_MAX_INPUTS 8
-#define GL_MAX_OUTPUTS 4
-#define GL_MAX_SAVED 8
 
 /* status codes */
 enum {
@@ -119,48 +116,10 @@ int gl_normal_(gl_tensor *t, float mean, float std);                      /* in 
 /* ------------------------------------------------------------------------ */
 /* autograd */
 
-typedef struct gl_node gl_node;
-/* Backward adds d(loss)/d(input) into the buffers gl_grad_of(n, i) returns. */
-typedef int (*gl_backward_fn)(gl_node *n, gl_tensor **gout);
-
-typedef struct gl_op {
-  const char *name;
-  gl_backward_fn backward;
-} gl_op;
-
-struct gl_node {
-  const gl_op *op;
-  int refs;
-  int nin, nout, nsaved;
-  gl_tensor *in[GL_MAX_INPUTS];
-  gl_tensor *saved[GL_MAX_SAVED];
-  gl_tensor *gout[GL_MAX_OUTPUTS];   /* gradient w.r.t. each output, filled during backward */
-  int out_shape[GL_MAX_OUTPUTS][GL_MAX_DIMS];
-  int out_ndim[GL_MAX_OUTPUTS];
-  int ints[8];
-  float floats[8];
-  void *ctx;                          /* op-owned extra state, freed with ctx_free */
-  void (*ctx_free)(void *);
-  int released;
-  unsigned mark;                      /* traversal bookkeeping */
-};
+typedef struct gl_node gl_node;   /* a recorded op; defined in glimpse_internal.h */
 
 int gl_grad_enabled(void);
 int gl_set_grad_enabled(int on);      /* returns the previous setting */
-/* Does an op over these inputs need a node? (grad enabled and some input requires grad) */
-int gl_needs_grad(int nin, gl_tensor *const *in);
-/* Record `op` as the maker of outs[0..nout-1] from inputs in[0..nin-1]; returns the node
- * (for saving tensors and parameters) or NULL when no recording is needed. */
-gl_node *gl_record(const gl_op *op, int nin, gl_tensor *const *in, int nout, gl_tensor **outs);
-/* Keep a tensor for backward (takes a new reference; pass gl_alias(out) to save an output). */
-void gl_save(gl_node *n, gl_tensor *t);
-/* The buffer to add input i's gradient into, allocated zeroed on first use;
- * NULL when input i does not need a gradient. */
-gl_tensor *gl_grad_of(gl_node *n, int i);
-/* The same buffer for a backward that can write its gradient outright: when it is new,
- * *fresh = 1 and it is NOT zeroed (the caller must assign every element); otherwise
- * *fresh = 0 and it holds earlier gradient (the caller adds).  Saves a zeroing pass. */
-gl_tensor *gl_grad_slot(gl_node *n, int i, int *fresh);
 /* Reverse-mode sweep from `root`; `seed` is d(loss)/d(root) (NULL means ones, root must be
  * a scalar then).  Frees the graph's saved state afterwards unless retain is set. */
 int gl_backward(gl_tensor *root, gl_tensor *seed, int retain);
@@ -298,6 +257,10 @@ int gl_bernoulli(gl_tensor **out, const gl_tensor *p);
 /* checks */
 
 int gl_has_nonfinite(const gl_tensor *t);
+/* For the tests of the tape's failure paths: the nth (1-based) next graph-node allocation,
+ * saved tensor or gradient-buffer allocation fails as if memory ran out; nth 0: off. */
+enum { GL_FAULT_NODE = 0, GL_FAULT_SAVE, GL_FAULT_GRAD, GL_FAULT_COUNT };
+void gl_fault_inject(int what, int nth);
 
 /* ------------------------------------------------------------------------ */
 /* data files (io_gz.c): gzip through zlib (plain files read unchanged), IDX arrays */
@@ -319,11 +282,13 @@ int gl_read_idx_info(const char *path, gl_idx_info *info);
 int gl_read_idx(gl_tensor **out, const char *path, size_t offset, size_t limit, int scale);
 
 /* ------------------------------------------------------------------------ */
-/* images (image.c): stb_image load/save/resize, crops, grids, heatmaps, overlays.
- * Images are (C,H,W) float32 in [0,1] (or (H,W) grey; (B,C,H,W) where noted); no op here
- * records a graph. */
+/* images: image_load.c reads files (libpng, libjpeg-turbo, stb_image for BMP/TGA/GIF, all
+ * behind checks that treat the file as hostile); image.c saves, resizes, crops, grids,
+ * heatmaps, overlays.  Images are (C,H,W) float32 in [0,1] (or (H,W) grey; (B,C,H,W) where
+ * noted); no op here records a graph. */
 
-size_t gl_image_max_pixels(void);             /* decode cap, default 64 Mpixel */
+#define GL_IMAGE_MAX_PIXELS ((size_t)1 << 25)   /* default decode cap: 32 Mpixel */
+size_t gl_image_max_pixels(void);             /* the decode cap */
 size_t gl_image_set_max_pixels(size_t n);     /* returns the previous cap */
 int gl_image_info(const char *path, int *w, int *h, int *comp);
 /* channels 0: grey stays 1, colour 3 (alpha dropped); 1/3/4 force.  cap 0: the global cap.

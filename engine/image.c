@@ -1,4 +1,4 @@
-/* image.c -- pictures in and out of tensors: stb_image load, stb_image_write save,
+/* image.c -- pictures in and out of tensors: stb_image_write save,
  * stb_image_resize resize, crops and flips, per-channel normalisation, grids of images,
  * colormapped heatmaps and attention overlays.
  *
@@ -7,8 +7,9 @@
  * bytes (H,W,C), so load and save transpose on the way.  Nothing here records an autograd
  * node: these are preprocessing and visualisation steps, not layers.
  *
- * This is the one file that compiles the stb implementations (static, so they cannot clash
- * with another copy of stb linked into the same program).
+ * Reading files is engine/image_load.c's job (it treats every file as hostile).  This file
+ * compiles the stb_image_write and stb_image_resize implementations (static, so they cannot
+ * clash with another copy of stb linked into the same program).
  */
 #include "glimpse.h"
 
@@ -20,33 +21,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-/* stb is written for many compilers and is not -Wextra clean; its warnings are not ours. */
-#if defined(__GNUC__)
-/* stb_image.h declares (static) a thread-local unpremultiply setter it never defines; that
- * warning fires at the end of the file, so it stays off outside the push/pop below */
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wtype-limits"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#pragma GCC diagnostic ignored "-Wdouble-promotion"
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wcast-qual"
-#endif
-
-#define STB_IMAGE_STATIC
-#define STB_IMAGE_IMPLEMENTATION
-/* only the formats glimpse promises: fewer decoders, less attack surface */
-#define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
-#define STBI_ONLY_BMP
-#define STBI_ONLY_TGA
-#define STBI_ONLY_GIF
-#include <stb_image.h>
+#include "stb_begin.h"
 
 #define STB_IMAGE_WRITE_STATIC
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -114,7 +89,7 @@ static int alloc_like(gl_tensor **out, const imshape *s, int C, int H, int W) {
 /* ------------------------------------------------------------------------ */
 /* the pixel cap: a decode bomb (a 100k x 100k PNG is a few KB) must fail before it allocates */
 
-static size_t max_pixels = (size_t)64 << 20;
+static size_t max_pixels = GL_IMAGE_MAX_PIXELS;
 
 size_t gl_image_max_pixels(void) { return max_pixels; }
 
@@ -122,117 +97,6 @@ size_t gl_image_set_max_pixels(size_t n) {
   size_t old = max_pixels;
   max_pixels = n;
   return old;
-}
-
-/* ------------------------------------------------------------------------ */
-/* load: path -> (C,H,W) in [0,1].  channels 0 keeps grey as 1 and colour as 3 (alpha dropped);
- * 1, 3 or 4 force that many (4 adds an opaque alpha where the file has none). */
-
-static const char *stb_reason(void) {
-  const char *r = stbi_failure_reason();
-  return r ? r : "unknown error";
-}
-
-/* Open an image file for reading, or fail with "<op>: <path>: <reason>" (a directory and an
- * empty file are named as such rather than left to the decoder's "unknown image type"). */
-static FILE *open_image(const char *op, const char *path, int *st) {
-  FILE *f = fopen(path, "rb");
-  struct stat sb;
-  *st = GL_OK;
-  if (!f) {
-    *st = gl_fail(GL_EIO, "%s: %s: %s", op, path, strerror(errno));
-  } else if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-    *st = gl_fail(GL_EIO, "%s: %s: is a directory", op, path);
-  } else if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) {
-    *st = gl_fail(GL_EFORMAT, "%s: %s: empty file", op, path);
-  }
-  if (*st && f) {
-    fclose(f);
-    f = NULL;
-  }
-  return f;
-}
-
-/* stb's terse reasons, in words where they are common */
-static const char *decode_reason(void) {
-  const char *r = stb_reason();
-  if (!strcmp(r, "outofdata") || !strcmp(r, "bad zlib header") || !strcmp(r, "no IDAT") ||
-      !strcmp(r, "unexpected end"))
-    return "file is truncated or damaged";
-  return "corrupt or unsupported image";
-}
-
-int gl_image_info(const char *path, int *w, int *h, int *comp) {
-  int st;
-  FILE *f = open_image("image.info", path, &st);
-  if (!f) return st;
-  int ok = stbi_info_from_file(f, w, h, comp);
-  fclose(f);
-  if (!ok)
-    return gl_fail(GL_EFORMAT, "image.info: %s: not a PNG, JPEG, BMP, TGA or GIF image (%s)",
-                   path, stb_reason());
-  return GL_OK;
-}
-
-int gl_image_load(gl_tensor **out, const char *path, int channels, size_t cap) {
-  *out = NULL;
-  if (channels != 0 && channels != 1 && channels != 3 && channels != 4)
-    return gl_fail(GL_EARG, "image.load: %s: channels must be 1, 3 or 4, got %d", path, channels);
-  if (cap == 0) cap = max_pixels;
-  int st;
-  FILE *f = open_image("image.load", path, &st);
-  if (!f) return st;
-  int w, h, comp;
-  if (!stbi_info_from_file(f, &w, &h, &comp)) {
-    fclose(f);
-    return gl_fail(GL_EFORMAT, "image.load: %s: not a PNG, JPEG, BMP, TGA or GIF image (%s)",
-                   path, stb_reason());
-  }
-  if (w <= 0 || h <= 0) {
-    fclose(f);
-    return gl_fail(GL_EFORMAT, "image.load: %s: bad dimensions %dx%d", path, w, h);
-  }
-  size_t npix = (size_t)w * (size_t)h;
-  if (npix > cap) {
-    fclose(f);
-    return gl_fail(GL_ENOMEM,
-                   "image.load: %s: %dx%d image (%zu pixels) exceeds the cap of %zu pixels "
-                   "(raise it with max_pixels or image.set_max_pixels)",
-                   path, w, h, npix, cap);
-  }
-  int want = channels ? channels : (comp <= 2 ? 1 : 3);
-  int is16 = stbi_is_16_bit_from_file(f);
-  int w2 = 0, h2 = 0, c2 = 0;
-  void *px = is16 ? (void *)stbi_load_from_file_16(f, &w2, &h2, &c2, want)
-                  : (void *)stbi_load_from_file(f, &w2, &h2, &c2, want);
-  fclose(f);
-  if (!px)
-    return gl_fail(GL_EFORMAT, "image.load: %s: %s (%s)", path, decode_reason(), stb_reason());
-  if (w2 != w || h2 != h) {
-    stbi_image_free(px);
-    return gl_fail(GL_EFORMAT, "image.load: %s: header says %dx%d, decoder gave %dx%d", path,
-                   w, h, w2, h2);
-  }
-  int shape[3] = {want, h, w};
-  st = gl_empty(out, 3, shape);
-  if (st) {
-    stbi_image_free(px);
-    return st;
-  }
-  float *o = (*out)->data;
-  if (is16) {
-    const unsigned short *p = px;
-    for (int c = 0; c < want; c++)
-      for (size_t i = 0; i < npix; i++) o[c * npix + i] = (float)p[i * want + c] / 65535.0f;
-  } else {
-    float lut[256];  /* k/255 rounded once, so a PNG round trip gives back the same floats */
-    for (int k = 0; k < 256; k++) lut[k] = (float)k / 255.0f;
-    const unsigned char *p = px;
-    for (int c = 0; c < want; c++)
-      for (size_t i = 0; i < npix; i++) o[c * npix + i] = lut[p[i * want + c]];
-  }
-  stbi_image_free(px);
-  return GL_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -12,13 +12,16 @@
  *
  * The writer writes a temp file in the target's directory, fsyncs it and renames it into
  * place, so a crash or an error never leaves a half-written checkpoint or damages the
- * previous one.
+ * previous one.  A writer killed mid-save (kill -9, power loss) leaves its temp behind; the
+ * next save to the same path removes the temps of processes that no longer exist.
  */
 #include "glimpse.h"
 #include "io_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +322,44 @@ static void sync_dir_of(const char *path) {
   free(dir);
 }
 
+/* Remove `<base>.tmp.<pid>` files beside path whose writer process is gone (a save killed
+ * before its rename).  Temps of live processes -- a concurrent save -- are left alone.  Best
+ * effort: an unreadable directory or a failed unlink is not the new save's problem. */
+static void remove_orphan_temps(const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  size_t dlen = slash ? (size_t)(slash - path) : 0, blen = strlen(base);
+  char *dir = malloc(dlen + 2);
+  if (!dir) return;
+  if (!slash) strcpy(dir, ".");
+  else if (dlen == 0) strcpy(dir, "/");
+  else {
+    memcpy(dir, path, dlen);
+    dir[dlen] = 0;
+  }
+  DIR *d = opendir(dir);
+  if (!d) { free(dir); return; }
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *n = e->d_name;
+    if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+    const char *digits = n + blen + 5;
+    size_t nd = strspn(digits, "0123456789");
+    if (nd == 0 || nd > 9 || digits[nd] != 0) continue;
+    long pid = strtol(digits, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive, or not ours to judge */
+    size_t fl = strlen(dir) + strlen(n) + 2;
+    char *full = malloc(fl);
+    if (!full) break;
+    snprintf(full, fl, "%s/%s", dir, n);
+    (void)unlink(full);
+    free(full);
+  }
+  closedir(d);
+  free(dir);
+}
+
 int gl_st_save(const gl_st_file *f, const char *path) {
   const st_tensor **ts = NULL;
   const st_meta **ms = NULL;
@@ -342,6 +383,7 @@ int gl_st_save(const gl_st_file *f, const char *path) {
   if ((st = check_for_save(path, ts, f->n, ms, f->nm))) goto done;
   if ((st = build_header(&h, path, ts, f->n, ms, f->nm))) goto done;
 
+  remove_orphan_temps(path);
   snprintf(tmp, tn, "%s.tmp.%ld", path, (long)getpid());
   fp = fopen(tmp, "wb");
   if (!fp) {

@@ -14,9 +14,12 @@
 #include "glimpse.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* zlib's gzread takes an unsigned count; read at most this much per call */
@@ -212,6 +215,36 @@ static float idx_value(const unsigned char *p, int type) {
   }
 }
 
+/* DEFLATE turns one compressed byte into at most 1032 bytes (258-byte matches, 2 bits each,
+ * plus block overhead); gzip adds headers, so this bound is generous. */
+#define DEFLATE_MAX_RATIO 1032
+
+/* Can the rest of the open file hold `want` more data bytes?  A plain file must have them
+ * on disk; a gzip stream can expand at most DEFLATE_MAX_RATIO times.  Checked before the
+ * tensor is allocated. */
+static int idx_check_size(gzFile f, const char *path, size_t want, size_t offset,
+                          size_t count) {
+  struct stat sb;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return GL_OK;            /* the stream reading will report what is wrong */
+  int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+  close(fd);
+  if (!ok) return GL_OK;
+  size_t fsize = (size_t)sb.st_size;
+  z_off_t at = gztell(f);
+  size_t pos = at > 0 ? (size_t)at : 0;
+  size_t room;
+  if (gzdirect(f)) room = fsize > pos ? fsize - pos : 0;
+  else room = fsize > SIZE_MAX / DEFLATE_MAX_RATIO ? SIZE_MAX : fsize * DEFLATE_MAX_RATIO;
+  if (want > room)
+    return gl_fail(GL_EFORMAT,
+                   "read_idx: '%s' is truncated: its header promises %zu data bytes for items "
+                   "%zu..%zu, but a %s file of %zu bytes holds at most %zu",
+                   path, want, offset + 1, offset + count, gzdirect(f) ? "plain" : "gzip",
+                   fsize, room);
+  return GL_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* IDX data: items [offset, offset + limit) along dim 0 -> float tensor (count, dims 2..n).
  * limit == 0 means "to the end".  scale divides u8 data by 255 (into [0,1]). */
@@ -252,6 +285,13 @@ int gl_read_idx(gl_tensor **out, const char *path, size_t offset, size_t limit, 
       gzclose(f);
       return st;
     }
+  }
+
+  /* A header is a promise the data may not keep: before allocating, bound the promise by
+   * what the file can hold, so an 8-byte header declaring 2 G elements costs nothing. */
+  if ((st = idx_check_size(f, path, count * per_item * esz, offset, count))) {
+    gzclose(f);
+    return st;
   }
 
   int shape[GL_MAX_DIMS];

@@ -489,7 +489,7 @@ static int cmp_info_begin(const void *a, const void *b) {
   return x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* Unique names, sizes that match the shapes, offsets inside the data, no overlaps. */
+/* Unique names, sizes that match the shapes, offsets that tile the data exactly. */
 static int check_infos(jparser *p, uint64_t data_size) {
   char sb[128];
   if (p->ninfo > 1) qsort(p->infos, p->ninfo, sizeof *p->infos, cmp_info_name);
@@ -527,23 +527,35 @@ static int check_infos(jparser *p, uint64_t data_size) {
                    dtypes[in->dtype].name, gl_shape_str(sb, sizeof sb, in->ndim, in->shape),
                    (unsigned long long)nbytes);
   }
-  if (p->ninfo > 1) {
-    st_info **by = malloc(p->ninfo * sizeof *by);
-    if (!by) return jfail(p, "out of memory");
-    size_t k = 0;
-    for (size_t i = 0; i < p->ninfo; i++)
-      if (p->infos[i].end > p->infos[i].begin) by[k++] = &p->infos[i];
-    qsort(by, k, sizeof *by, cmp_info_begin);
-    for (size_t i = 1; i < k; i++) {
-      if (by[i]->begin < by[i - 1]->end) {
-        jfail(p, "tensors '%.*s' and '%.*s' overlap in the data", ST_NAME_SHOWN, by[i - 1]->name,
-              ST_NAME_SHOWN, by[i]->name);
-        free(by);
-        return 0;
-      }
+  /* The data must be covered exactly, as the safetensors format demands: sorted by offset,
+   * each tensor starts where the previous one ended, and the last one ends at the end of the
+   * file.  A gap or trailing bytes mean a damaged or doctored file. */
+  st_info **by = malloc((p->ninfo ? p->ninfo : 1) * sizeof *by);
+  if (!by) return jfail(p, "out of memory");
+  for (size_t i = 0; i < p->ninfo; i++) by[i] = &p->infos[i];
+  qsort(by, p->ninfo, sizeof *by, cmp_info_begin);
+  uint64_t at = 0;
+  for (size_t i = 0; i < p->ninfo; i++) {
+    if (by[i]->begin < at) {
+      jfail(p, "tensors '%.*s' and '%.*s' overlap in the data", ST_NAME_SHOWN, by[i - 1]->name,
+            ST_NAME_SHOWN, by[i]->name);
+      free(by);
+      return 0;
     }
-    free(by);
+    if (by[i]->begin > at) {
+      jfail(p, "tensor '%.*s': data_offsets [%llu,%llu] leave a gap of %llu unindexed bytes "
+               "before it", ST_NAME_SHOWN, by[i]->name, (unsigned long long)by[i]->begin,
+            (unsigned long long)by[i]->end, (unsigned long long)(by[i]->begin - at));
+      free(by);
+      return 0;
+    }
+    at = by[i]->end;
   }
+  free(by);
+  if (at != data_size)
+    return jfail(p, "%llu unindexed bytes follow the last tensor's data (the tensors cover "
+                    "%llu of the %llu data bytes)", (unsigned long long)(data_size - at),
+                 (unsigned long long)at, (unsigned long long)data_size);
   return 1;
 }
 

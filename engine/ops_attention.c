@@ -21,12 +21,13 @@
  *   ctx_bd   = sum_l alpha_bl values_bld
  *
  * Masked positions (m == 0) get exactly zero weight and a row with every position masked is
- * all zeros.  The ops have two outputs, ctx (B,Dv) and alpha (B,L); gradients flow from both.
+ * all zeros (weights and context).  A NaN (or +inf) score among the visible positions makes
+ * the row's weights and context NaN, as in PyTorch, instead of passing for a masked row.  The ops have two outputs, ctx (B,Dv) and alpha (B,L); gradients flow from both.
  *
  * The multi-head core, gl_attn_mh_probs, computes softmax(scale Q K^T + masks) for all heads
  * and batch items with one batched sgemm forward and two backward.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -43,10 +44,14 @@ typedef struct {
   int norm;      /* GL_ATTN_SOFTMAX or GL_ATTN_SIGMOID */
 } tail_geom;
 
-/* Slots in n->ints that say where each saved tensor lives (-1: not saved). */
-enum { SI_ALPHA = 0, SI_P, SI_S, SI_MASK, SI_EXTRA, SI_B, SI_L, SI_DV };
-/* n->ints has 8 entries: the five indices above, then B, L, Dv; the normaliser kind is
- * packed into floats[1], 1/temperature into floats[0], the score's own scalar into floats[2]. */
+/* The fused ops' saved state: the tail's geometry, where each saved tensor lives in
+ * n->saved (at[SI_...], -1: not saved), and the score's own scalar (dot's scale). */
+enum { SI_ALPHA = 0, SI_P, SI_S, SI_MASK, SI_EXTRA, SI_COUNT };
+typedef struct {
+  tail_geom g;
+  signed char at[SI_COUNT];
+  float scale;
+} attn_state;
 
 static int check_opts(const char *op, const gl_attn_opts *o, float *inv_t, int *norm) {
   *inv_t = 1.0f;
@@ -79,20 +84,34 @@ static int check_tail(const char *op, const gl_tensor *values, const gl_tensor *
 }
 
 /* out[0..n) = the softmax of scale * in[j] over the positions j < lim that mask (NULL: every
- * one) leaves visible, 0 elsewhere; all zeros when nothing is visible.  in == out is fine.
- * Straight passes over the row (max, exp, mask select, sum, scale), so each vectorises. */
+ * one) leaves visible, 0 elsewhere; all zeros when nothing is visible (every position masked
+ * or every visible score -inf).  A NaN among the visible scores, or a +inf (exp(inf - inf)),
+ * makes every visible weight NaN, as PyTorch's softmax does: a diverging model must not look
+ * like a masked one.  in == out is fine.  Straight passes over the row (max, exp, mask
+ * select, sum, scale), so each vectorises. */
 static void softmax_row(const float *in, float *out, int n, int lim, const float *mask,
                         float scale) {
   float mx = -INFINITY;
+  int nan = 0;
   if (mask) {
-    for (int j = 0; j < lim; j++)
-      if (mask[j] != 0 && in[j] * scale > mx) mx = in[j] * scale;
+    for (int j = 0; j < lim; j++) {
+      float x = in[j] * scale;
+      if (mask[j] != 0) { nan |= x != x; mx = x > mx ? x : mx; }
+    }
   } else {
-    for (int j = 0; j < lim; j++)
-      if (in[j] * scale > mx) mx = in[j] * scale;
+    for (int j = 0; j < lim; j++) {
+      float x = in[j] * scale;
+      nan |= x != x;
+      mx = x > mx ? x : mx;
+    }
   }
-  if (mx == -INFINITY) {
+  if (mx == -INFINITY && !nan) {
     memset(out, 0, sizeof(float) * (size_t)n);
+    return;
+  }
+  if (nan || mx == INFINITY) {
+    for (int j = 0; j < lim; j++) out[j] = mask && mask[j] == 0 ? 0.0f : NAN;
+    for (int j = lim; j < n; j++) out[j] = 0.0f;
     return;
   }
   for (int j = 0; j < lim; j++) out[j] = vm_exp(in[j] * scale - mx);
@@ -124,8 +143,9 @@ static void tail_forward(const tail_geom *g, const float *e, const float *mask,
         pb[l] = x;
         sum += x;
       }
-      float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-      for (int l = 0; l < L; l++) pb[l] *= inv;
+      /* NaN scores give NaN sigmoids and a NaN sum: every visible weight NaN */
+      float inv = sum > 0 ? (float)(1.0 / sum) : sum == 0 ? 0.0f : NAN;
+      for (int l = 0; l < L; l++) pb[l] = mb && mb[l] == 0 ? 0.0f : pb[l] * inv;
     }
     float *ab = alpha + (size_t)b * L;
     if (prior) {
@@ -216,21 +236,19 @@ static int tail_run(const gl_op *op, const tail_geom *g, const float *e, gl_tens
     gl_tensor *outs[2] = {*ctx, *alpha};
     gl_node *n = gl_record(op, nin, in, 2, outs);
     if (n) {
-      int k = 0;
-      for (int i = 0; i < 5; i++) n->ints[i] = -1;
+      attn_state *as = GL_NODE_STATE(n, attn_state);
+      signed char k = 0;
+      for (int i = 0; i < SI_COUNT; i++) as->at[i] = -1;
       gl_tensor *al = gl_alias(*alpha);
       gl_save(n, al);
       gl_release(al);
-      n->ints[SI_ALPHA] = k++;
-      if (p) { gl_save(n, p); n->ints[SI_P] = k++; }
-      if (s) { gl_save(n, s); n->ints[SI_S] = k++; }
-      if (mask) { gl_save(n, (gl_tensor *)mask); n->ints[SI_MASK] = k++; }
-      if (extra) { gl_save(n, extra); n->ints[SI_EXTRA] = k++; }
-      n->ints[SI_B] = g->B;
-      n->ints[SI_L] = g->L;
-      n->ints[SI_DV] = g->Dv;
-      n->floats[0] = g->inv_t;
-      n->floats[1] = (float)g->norm;
+      as->at[SI_ALPHA] = k++;
+      if (p) { gl_save(n, p); as->at[SI_P] = k++; }
+      if (s) { gl_save(n, s); as->at[SI_S] = k++; }
+      if (mask) { gl_save(n, (gl_tensor *)mask); as->at[SI_MASK] = k++; }
+      if (extra) { gl_save(n, extra); as->at[SI_EXTRA] = k++; }
+      as->g = *g;
+      as->scale = 1.0f;
     }
     *node = n;
   }
@@ -248,12 +266,13 @@ fail:
 static size_t scratch_n(size_t n) { return n ? n : 1; }
 
 static gl_tensor *saved_at(gl_node *n, int slot) {
-  return n->ints[slot] >= 0 ? n->saved[n->ints[slot]] : NULL;
+  int k = GL_NODE_STATE(n, attn_state)->at[slot];
+  return k >= 0 ? n->saved[k] : NULL;
 }
 
 /* Common first half of each op's backward: ge (B,L) scratch, gradients of values/prior. */
 static int tail_grad(gl_node *n, gl_tensor **gout, int vi, int pi, float **ge_out) {
-  tail_geom g = {n->ints[SI_B], n->ints[SI_L], n->ints[SI_DV], n->floats[0], (int)n->floats[1]};
+  tail_geom g = GL_NODE_STATE(n, attn_state)->g;
   gl_tensor *alpha = saved_at(n, SI_ALPHA), *p = saved_at(n, SI_P), *s = saved_at(n, SI_S);
   gl_tensor *prior = n->in[pi];
   gl_tensor *gv = gl_grad_of(n, vi), *gp = prior ? gl_grad_of(n, pi) : NULL;
@@ -304,7 +323,8 @@ static int additive_backward(gl_node *n, gl_tensor **gout) {
   float *ge;
   int st = tail_grad(n, gout, 3, 4, &ge);
   if (st) return st;
-  int B = n->ints[SI_B], L = n->ints[SI_L];
+  const tail_geom *tg = &GL_NODE_STATE(n, attn_state)->g;
+  int B = tg->B, L = tg->L;
   int H = n->in[2]->shape[0];
   additive_grad(ge, saved_at(n, SI_EXTRA)->data, n->in[2]->data, B, L, H,
                 data_or_null(gl_grad_of(n, 0)), data_or_null(gl_grad_of(n, 1)),
@@ -370,9 +390,12 @@ int gl_attn_additive(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *wq, gl_tenso
 /* additive scores alone: wq (B,H), uk (B,L,H), v (H) -> e (B,L)   (pointer networks)
  * backward: as above with ge = gout */
 
+typedef struct { int B, L, H; } additive_scores_state;
+
 static int additive_scores_backward(gl_node *n, gl_tensor **gout) {
-  additive_grad(gout[0]->data, n->saved[0]->data, n->in[2]->data, n->ints[0], n->ints[1],
-                n->ints[2], data_or_null(gl_grad_of(n, 0)), data_or_null(gl_grad_of(n, 1)),
+  const additive_scores_state *as = GL_NODE_STATE(n, additive_scores_state);
+  additive_grad(gout[0]->data, n->saved[0]->data, n->in[2]->data, as->B, as->L,
+                as->H, data_or_null(gl_grad_of(n, 0)), data_or_null(gl_grad_of(n, 1)),
                 data_or_null(gl_grad_of(n, 2)));
   return GL_OK;
 }
@@ -393,9 +416,7 @@ int gl_attn_additive_scores(gl_tensor **e, gl_tensor *wq, gl_tensor *uk, gl_tens
   gl_node *n = gl_record(&op_attn_additive_scores, 3, in, 1, e);
   if (n) {
     gl_save(n, t);
-    n->ints[0] = B;
-    n->ints[1] = L;
-    n->ints[2] = H;
+    *GL_NODE_STATE(n, additive_scores_state) = (additive_scores_state){B, L, H};
   }
   gl_release(t);
   return GL_OK;
@@ -411,9 +432,10 @@ static int dot_backward(gl_node *n, gl_tensor **gout) {
   float *ge;
   int st = tail_grad(n, gout, 2, 3, &ge);
   if (st) return st;
-  int B = n->ints[SI_B], L = n->ints[SI_L];
+  const tail_geom *tg = &GL_NODE_STATE(n, attn_state)->g;
+  int B = tg->B, L = tg->L;
   int D = n->in[0]->shape[1];
-  float scale = n->floats[2];
+  float scale = GL_NODE_STATE(n, attn_state)->scale;
   const float *q = n->in[0]->data, *k = n->in[1]->data;
   gl_tensor *gq = gl_grad_of(n, 0), *gk = gl_grad_of(n, 1);
   for (int b = 0; b < B; b++)
@@ -463,7 +485,7 @@ int gl_attn_dot(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *q, gl_tensor *key
   gl_tensor *in[4] = {q, keys, values, prior};
   gl_node *n;
   st = tail_run(&op_attn_dot, &g, e->data, ctx, alpha, 4, in, 2, 3, mask, NULL, &n);
-  if (n) n->floats[2] = scale;
+  if (n) GL_NODE_STATE(n, attn_state)->scale = scale;
   gl_release(e);
   return st;
 }
@@ -476,7 +498,8 @@ static int context_backward(gl_node *n, gl_tensor **gout) {
   float *ge;
   int st = tail_grad(n, gout, 1, 2, &ge);
   if (st) return st;
-  size_t BL = (size_t)n->ints[SI_B] * n->ints[SI_L];
+  const tail_geom *tg = &GL_NODE_STATE(n, attn_state)->g;
+  size_t BL = (size_t)tg->B * tg->L;
   gl_tensor *gs = gl_grad_of(n, 0);
   if (gs)
     for (size_t i = 0; i < BL; i++) gs->data[i] += ge[i];
@@ -511,9 +534,12 @@ int gl_attn_context(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *scores, gl_te
  * backward: gS = P * (gP - rowsum(gP * P));  gq += scale gS k;  gk += scale gS^T q
  * Both directions are batched sgemms over the N heads. */
 
+typedef struct { int N, Tq, Tk, d; float scale; } mh_probs_state;
+
 static int mh_probs_backward(gl_node *n, gl_tensor **gout) {
-  int N = n->ints[0], Tq = n->ints[1], Tk = n->ints[2], d = n->ints[3];
-  float scale = n->floats[0];
+  const mh_probs_state *ms = GL_NODE_STATE(n, mh_probs_state);
+  int N = ms->N, Tq = ms->Tq, Tk = ms->Tk, d = ms->d;
+  float scale = ms->scale;
   const float *P = n->saved[0]->data, *gP = gout[0]->data;
   gl_tensor *gq = gl_grad_of(n, 0), *gk = gl_grad_of(n, 1);
   if (!gq && !gk) return GL_OK;
@@ -580,11 +606,7 @@ record:;
     gl_tensor *al = gl_alias(*probs);
     gl_save(n, al);
     gl_release(al);
-    n->ints[0] = N;
-    n->ints[1] = Tq;
-    n->ints[2] = Tk;
-    n->ints[3] = d;
-    n->floats[0] = scale;
+    *GL_NODE_STATE(n, mh_probs_state) = (mh_probs_state){N, Tq, Tk, d, scale};
   }
   return GL_OK;
 }

@@ -10,13 +10,18 @@
  * bindings/glimpse/attention.lua.  Sharpening works in log space (softmax of gamma log w~) so
  * large gamma never overflows and zero weights stay exactly zero.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <math.h>
 #include <string.h>
 
 #define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 #define COS_EPS 1e-8f
+
+
+/* the NTM ops' saved state: batch B, memory slots N, and k = the key width D (cosine) or
+ * the shift kernel width S (circular shift); unused (0) by sharpen */
+typedef struct { int B, N, k; } ntm_state;
 
 /* ------------------------------------------------------------------------ */
 /* cosine: k (B,D), mem (B,N,D), beta (B) or NULL (= 1) -> e (B,N) = beta_b cos(k_b, M_bn)
@@ -32,7 +37,8 @@ static float norm2(const float *x, int D) {
 }
 
 static int cosine_backward(gl_node *n, gl_tensor **gout) {
-  int B = n->ints[0], N = n->ints[1], D = n->ints[2];
+  const ntm_state *ns = GL_NODE_STATE(n, ntm_state);
+  int B = ns->B, N = ns->N, D = ns->k;
   const float *k = n->in[0]->data, *m = n->in[1]->data, *cs = n->saved[0]->data;
   const float *ge = gout[0]->data;
   gl_tensor *beta = n->nin > 2 ? n->in[2] : NULL;
@@ -101,9 +107,7 @@ int gl_attn_cosine(gl_tensor **scores, gl_tensor *k, gl_tensor *mem, gl_tensor *
   gl_node *n = gl_record(&op_attn_cosine, beta ? 3 : 2, in, 1, scores);
   if (n) {
     gl_save(n, cs);
-    n->ints[0] = B;
-    n->ints[1] = N;
-    n->ints[2] = D;
+    *GL_NODE_STATE(n, ntm_state) = (ntm_state){B, N, D};
   }
   gl_release(cs);
   return GL_OK;
@@ -120,7 +124,8 @@ static int wrap(int i, int N) {
 }
 
 static int shift_backward(gl_node *n, gl_tensor **gout) {
-  int B = n->ints[0], N = n->ints[1], S = n->ints[2], K = (S - 1) / 2;
+  const ntm_state *ns = GL_NODE_STATE(n, ntm_state);
+  int B = ns->B, N = ns->N, S = ns->k, K = (S - 1) / 2;
   const float *w = n->in[0]->data, *s = n->in[1]->data, *g = gout[0]->data;
   gl_tensor *gw = gl_grad_of(n, 0), *gs = gl_grad_of(n, 1);
   for (int b = 0; b < B; b++)
@@ -159,9 +164,7 @@ int gl_attn_circular_shift(gl_tensor **out, gl_tensor *w, gl_tensor *s) {
   gl_tensor *in[2] = {w, s};
   gl_node *n = gl_record(&op_attn_shift, 2, in, 1, out);
   if (n) {
-    n->ints[0] = B;
-    n->ints[1] = N;
-    n->ints[2] = S;
+    *GL_NODE_STATE(n, ntm_state) = (ntm_state){B, N, S};
   }
   return GL_OK;
 }
@@ -173,7 +176,8 @@ int gl_attn_circular_shift(gl_tensor **out, gl_tensor *w, gl_tensor *s) {
  *           gw_bi += gz_bi g_b / w_bi  (w_bi > 0);   ggamma_b += sum_i gz_bi log w_bi */
 
 static int sharpen_backward(gl_node *n, gl_tensor **gout) {
-  int B = n->ints[0], N = n->ints[1];
+  const ntm_state *ns = GL_NODE_STATE(n, ntm_state);
+  int B = ns->B, N = ns->N;
   const float *w = n->in[0]->data, *gam = n->in[1]->data, *y = n->saved[0]->data;
   const float *g = gout[0]->data;
   gl_tensor *gw = gl_grad_of(n, 0), *gg = gl_grad_of(n, 1);
@@ -227,8 +231,7 @@ int gl_attn_sharpen(gl_tensor **out, gl_tensor *w, gl_tensor *gamma) {
     gl_tensor *al = gl_alias(*out);
     gl_save(n, al);
     gl_release(al);
-    n->ints[0] = B;
-    n->ints[1] = N;
+    *GL_NODE_STATE(n, ntm_state) = (ntm_state){B, N, 0};
   }
   return GL_OK;
 }

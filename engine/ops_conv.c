@@ -12,7 +12,7 @@
  * stays beside them as the oracle the tests hold both fast paths against.  Pooling keeps the argmax of each window (max) or spreads the
  * gradient evenly (average, padding counted in the divisor as PyTorch does by default).
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -35,20 +35,13 @@ typedef struct {
   int Ho, Wo;           /* output size */
 } conv_geom;
 
+/* A conv/pool node's saved state is its whole geometry. */
 static void geom_to_node(gl_node *n, const conv_geom *g) {
-  n->ints[0] = g->kh; n->ints[1] = g->kw; n->ints[2] = g->sh;
-  n->ints[3] = g->sw; n->ints[4] = g->ph; n->ints[5] = g->pw;
+  *GL_NODE_STATE(n, conv_geom) = *g;
 }
 
-/* Rebuild the geometry from the input and a node's saved window parameters. */
-static conv_geom geom_from_node(const gl_node *n, const gl_tensor *x, int O) {
-  conv_geom g;
-  g.B = x->shape[0]; g.C = x->shape[1]; g.H = x->shape[2]; g.W = x->shape[3];
-  g.O = O; g.kh = n->ints[0]; g.kw = n->ints[1]; g.sh = n->ints[2];
-  g.sw = n->ints[3]; g.ph = n->ints[4]; g.pw = n->ints[5];
-  g.Ho = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
-  g.Wo = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
-  return g;
+static conv_geom geom_from_node(gl_node *n) {
+  return *GL_NODE_STATE(n, conv_geom);
 }
 
 /* Check the window against the input and work out the output size.  `op` names the caller. */
@@ -373,7 +366,7 @@ static int wants_grad(const gl_node *n, int i) {
 
 static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
-  conv_geom g = geom_from_node(n, x, w->shape[0]);
+  conv_geom g = geom_from_node(n);
   size_t K = (size_t)g.C * g.kh * g.kw, hwo = (size_t)g.Ho * g.Wo;
   const float *dy = gout[0]->data;
   int fb, fw, fx;
@@ -519,7 +512,7 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
 static int conv2d_naive_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1), *gb = gl_grad_of(n, 2);
-  conv_geom g = geom_from_node(n, x, w->shape[0]);
+  conv_geom g = geom_from_node(n);
   const float *dy = gout[0]->data;
   for (int b = 0; b < g.B; b++)
     for (int o = 0; o < g.O; o++)
@@ -663,7 +656,7 @@ static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
   size_t planes = (size_t)x->shape[0] * x->shape[1], plane = (size_t)x->shape[2] * x->shape[3];
   size_t hwo = gout[0]->numel / (planes ? planes : 1);
   const float *dy = gout[0]->data;
-  conv_geom g = geom_from_node(n, x, x->shape[1]);
+  conv_geom g = geom_from_node(n);
   for (size_t p = 0; p < planes; p++) {
     float *dx = gx->data + p * plane;
     if (fresh && is_2x2(&g)) {   /* every input pixel written once: no zeroing pass */
@@ -758,7 +751,7 @@ int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
 static int avg_pool2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *gx = gl_grad_of(n, 0);
   if (!gx) return GL_OK;
-  conv_geom g = geom_from_node(n, n->in[0], n->in[0]->shape[1]);
+  conv_geom g = geom_from_node(n);
   size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
   float inv = 1.0f / (float)(g.kh * g.kw);
   const float *dy = gout[0]->data;

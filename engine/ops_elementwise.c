@@ -6,7 +6,7 @@
  * entries are 0, so nothing is ever materialised.  Backward computes the full-size product
  * and sums it back down to each input's shape (gl_sum_to_add).
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -208,8 +208,10 @@ static int binary_grad(int op, int which, const gl_tensor *g, const gl_tensor *a
 /* add, sub, mul, div, pow, maximum, minimum: out = a OP b
  * backward: d/da and d/db of the op, times gout, summed back to each input's shape */
 
+typedef struct { int op; } binary_state;   /* which B_* op */
+
 static int binary_backward(gl_node *n, gl_tensor **gout) {
-  int op = n->ints[0];
+  int op = GL_NODE_STATE(n, binary_state)->op;
   gl_tensor *a = n->in[0], *b = n->in[1];
   gl_tensor *out = n->nsaved ? n->saved[0] : NULL;
   for (int i = 0; i < 2; i++) {
@@ -229,7 +231,7 @@ static int binary(const char *name, int op, gl_tensor **out, gl_tensor *a, gl_te
   gl_tensor *in[2] = {a, b};
   gl_node *n = gl_record(&op_binary, 2, in, 1, out);
   if (n) {
-    n->ints[0] = op;
+    GL_NODE_STATE(n, binary_state)->op = op;
     if (op == B_POW) {
       gl_tensor *al = gl_alias(*out);
       gl_save(n, al);
@@ -311,13 +313,16 @@ int gl_where(gl_tensor **out, gl_tensor *cond, gl_tensor *a, gl_tensor *b) {
 
 enum { S_ADD, S_MUL, S_POW, S_RSUB, S_RDIV };
 
+typedef struct { int kind; float s; } scalar_state;   /* S_* op and its scalar */
+
 static int scalar_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const float *d = gout[0]->data, *x = n->in[0]->data;
-  float s = n->floats[0];
+  const scalar_state *ss = GL_NODE_STATE(n, scalar_state);
+  float s = ss->s;
   size_t N = g->numel;
-  switch (n->ints[0]) {
+  switch (ss->kind) {
     case S_ADD: for (size_t i = 0; i < N; i++) g->data[i] += d[i]; break;
     case S_MUL: for (size_t i = 0; i < N; i++) g->data[i] += s * d[i]; break;
     case S_POW:
@@ -350,7 +355,7 @@ static int scalar_op(int kind, gl_tensor **out, gl_tensor *a, float s) {
     default: for (size_t i = 0; i < N; i++) o[i] = s / x[i]; break;
   }
   gl_node *n = gl_record(&op_scalar, 1, &a, 1, out);
-  if (n) { n->ints[0] = kind; n->floats[0] = s; }
+  if (n) *GL_NODE_STATE(n, scalar_state) = (scalar_state){kind, s};
   return GL_OK;
 }
 
@@ -409,20 +414,23 @@ static void unary_grad(int kind, const float *x, const float *y, const float *d,
  * from a stack buffer that stays in L1. */
 #define UNARY_BLOCK 2048
 
+typedef struct { gl_unary_kind kind; } unary_state;
+
 static int unary_backward(gl_node *n, gl_tensor **gout) {
+  int kind = (int)GL_NODE_STATE(n, unary_state)->kind;
   int fresh;
   gl_tensor *g = gl_grad_slot(n, 0, &fresh);
   if (!g) return GL_OK;
   const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
   size_t N = g->numel;
   if (fresh) {
-    unary_grad(n->ints[0], x, y, d, g->data, N);
+    unary_grad(kind, x, y, d, g->data, N);
     return GL_OK;
   }
   float tmp[UNARY_BLOCK];
   for (size_t i0 = 0; i0 < N; i0 += UNARY_BLOCK) {
     size_t m = N - i0 < UNARY_BLOCK ? N - i0 : UNARY_BLOCK;
-    unary_grad(n->ints[0], x + i0, y + i0, d + i0, tmp, m);
+    unary_grad(kind, x + i0, y + i0, d + i0, tmp, m);
     float *restrict gx = g->data + i0;
     for (size_t i = 0; i < m; i++) gx[i] += tmp[i];
   }
@@ -462,7 +470,7 @@ int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k) {
   }
   gl_node *n = gl_record(&op_unary, 1, &a, 1, out);
   if (n) {
-    n->ints[0] = (int)k;
+    GL_NODE_STATE(n, unary_state)->kind = k;
     gl_tensor *al = gl_alias(*out);
     gl_save(n, al);
     gl_release(al);
@@ -474,12 +482,16 @@ int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k) {
 /* clamp(x, lo, hi) and leaky_relu(x, slope)
  * backward: gradient passes where x is inside [lo, hi]; slope where x < 0 */
 
+/* clamp: [lo, hi]; leaky relu: leaky = 1 and lo is the slope */
+typedef struct { float lo, hi; int leaky; } clamp_state;
+
 static int clamp_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const float *x = n->in[0]->data, *d = gout[0]->data;
-  float lo = n->floats[0], hi = n->floats[1];
-  if (n->ints[0]) { /* leaky relu */
+  const clamp_state *cs = GL_NODE_STATE(n, clamp_state);
+  float lo = cs->lo, hi = cs->hi;
+  if (cs->leaky) {
     for (size_t i = 0; i < g->numel; i++) g->data[i] += x[i] > 0 ? d[i] : lo * d[i];
   } else {
     for (size_t i = 0; i < g->numel; i++) g->data[i] += (x[i] >= lo && x[i] <= hi) ? d[i] : 0;
@@ -499,7 +511,7 @@ int gl_clamp(gl_tensor **out, gl_tensor *a, float lo, float hi) {
     (*out)->data[i] = v < lo ? lo : (v > hi ? hi : v);
   }
   gl_node *n = gl_record(&op_clamp, 1, &a, 1, out);
-  if (n) { n->floats[0] = lo; n->floats[1] = hi; }
+  if (n) *GL_NODE_STATE(n, clamp_state) = (clamp_state){lo, hi, 0};
   return GL_OK;
 }
 
@@ -511,7 +523,7 @@ int gl_leaky_relu(gl_tensor **out, gl_tensor *a, float slope) {
     (*out)->data[i] = v > 0 ? v : slope * v;
   }
   gl_node *n = gl_record(&op_clamp, 1, &a, 1, out);
-  if (n) { n->floats[0] = slope; n->ints[0] = 1; }
+  if (n) *GL_NODE_STATE(n, clamp_state) = (clamp_state){slope, 0.0f, 1};
   return GL_OK;
 }
 

@@ -5,7 +5,7 @@
  * exp overflows.  A mask zeroes positions exactly (they never enter the normaliser), and a
  * row with every position masked is all zeros rather than NaN.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "ops_span.h"
 
 #include <math.h>
@@ -15,9 +15,12 @@
 
 /* Record the dim and keep the output y for backward (an alias: the node must not own the
  * tensor that owns the node). */
+/* softmax's and log_softmax's saved state: the dim (the output itself is saved[0]) */
+typedef struct { int dim; } softmax_state;
+
 static void save_output(gl_node *n, int dim, gl_tensor *y) {
   if (!n) return;
-  n->ints[0] = dim;
+  GL_NODE_STATE(n, softmax_state)->dim = dim;
   gl_tensor *al = gl_alias(y);
   gl_save(n, al);
   gl_release(al);
@@ -32,7 +35,7 @@ static int softmax_backward(gl_node *n, gl_tensor **gout) {
   if (!g) return GL_OK;
   const float *y = n->saved[0]->data, *d = gout[0]->data;
   size_t outer, len, inner;
-  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
+  gl_dim_span(g, GL_NODE_STATE(n, softmax_state)->dim, &outer, &len, &inner);
   for (size_t o = 0; o < outer; o++)
     for (size_t i = 0; i < inner; i++) {
       size_t base = o * len * inner + i;
@@ -74,18 +77,25 @@ int gl_softmax(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *mask) {
     for (size_t i = 0; i < inner; i++) {
       size_t base = o * len * inner + i;
       float mx = -INFINITY;
+      int nan = 0;
       for (size_t j = 0; j < len; j++) {
         size_t k = base + j * inner;
-        if ((!mk || mk[k] != 0) && x[k] > mx) mx = x[k];
+        if (mk && mk[k] == 0) continue;
+        nan |= x[k] != x[k];
+        if (x[k] > mx) mx = x[k];
       }
+      /* a NaN or +inf among the visible entries: every visible output NaN (PyTorch's
+       * softmax gives NaN there too); nothing visible or all -inf: zeros */
+      int bad = nan || mx == INFINITY;
       double s = 0;
       for (size_t j = 0; j < len; j++) {
         size_t k = base + j * inner;
-        float e = (mk && mk[k] == 0) || mx == -INFINITY ? 0.0f : expf(x[k] - mx);
+        float e = (mk && mk[k] == 0) || (mx == -INFINITY && !bad) ? 0.0f
+                  : bad ? NAN : expf(x[k] - mx);
         y[k] = e;
         s += e;
       }
-      float inv = s > 0 ? (float)(1.0 / s) : 0.0f;
+      float inv = bad ? 1.0f : s > 0 ? (float)(1.0 / s) : 0.0f;
       for (size_t j = 0; j < len; j++) y[base + j * inner] *= inv;
     }
   gl_release(m);
@@ -102,10 +112,13 @@ static int log_softmax_backward(gl_node *n, gl_tensor **gout) {
   if (!g) return GL_OK;
   const float *y = n->saved[0]->data, *d = gout[0]->data;
   size_t outer, len, inner;
-  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
+  gl_dim_span(g, GL_NODE_STATE(n, softmax_state)->dim, &outer, &len, &inner);
   for (size_t o = 0; o < outer; o++)
     for (size_t i = 0; i < inner; i++) {
       size_t base = o * len * inner + i;
+      float ymax = -INFINITY;
+      for (size_t j = 0; j < len; j++) ymax = y[base + j * inner] > ymax ? y[base + j * inner] : ymax;
+      if (ymax == -INFINITY) continue;   /* a fully masked row: no gradient, as softmax's */
       double s = 0;
       for (size_t j = 0; j < len; j++) s += d[base + j * inner];
       for (size_t j = 0; j < len; j++) {
@@ -133,6 +146,16 @@ int gl_log_softmax(gl_tensor **out, gl_tensor *a, int dim) {
       size_t base = o * len * inner + i;
       float mx = -INFINITY;
       for (size_t j = 0; j < len; j++) if (x[base + j * inner] > mx) mx = x[base + j * inner];
+      if (mx == -INFINITY) {
+        /* every entry -inf (a fully masked row): log of softmax's zeros, -inf everywhere,
+         * where PyTorch gives NaN (see docs/api/tensor.md); NaN entries fall through */
+        int nan = 0;
+        for (size_t j = 0; j < len; j++) nan |= x[base + j * inner] != x[base + j * inner];
+        if (!nan) {
+          for (size_t j = 0; j < len; j++) y[base + j * inner] = -INFINITY;
+          continue;
+        }
+      }
       double s = 0;
       for (size_t j = 0; j < len; j++) s += exp((double)x[base + j * inner] - mx);
       float lse = mx + (float)log(s);
@@ -168,10 +191,17 @@ static float row_weight(const float *gout, size_t r, int reduction, size_t count
 }
 
 /* what a class loss's backward needs: classes, ignore_index, reduction, rows, counted rows */
+typedef struct {
+  int C, ignore, reduction;
+  size_t R, count;       /* rows, and rows that count (not ignored) */
+  float eps;             /* label smoothing (cross_entropy) */
+} class_loss_state;
+
 static void save_class_args(gl_node *n, int C, int ignore, int reduction, size_t R,
-                            size_t count) {
-  n->ints[0] = C; n->ints[1] = ignore; n->ints[2] = reduction;
-  n->ints[3] = (int)R; n->ints[4] = (int)count;
+                            size_t count, float eps) {
+  class_loss_state *s = GL_NODE_STATE(n, class_loss_state);
+  s->C = C; s->ignore = ignore; s->reduction = reduction;
+  s->R = R; s->count = count; s->eps = eps;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -184,9 +214,10 @@ static int ce_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const float *p = n->saved[0]->data, *t = n->saved[1]->data, *d = gout[0]->data;
-  int C = n->ints[0], ignore = n->ints[1], red = n->ints[2];
-  size_t R = (size_t)n->ints[3], count = (size_t)n->ints[4];
-  float eps = n->floats[0];
+  const class_loss_state *cs = GL_NODE_STATE(n, class_loss_state);
+  int C = cs->C, ignore = cs->ignore, red = cs->reduction;
+  size_t R = cs->R, count = cs->count;
+  float eps = cs->eps;
   for (size_t r = 0; r < R; r++) {
     int tr = (int)t[r];
     if (tr == ignore) continue;
@@ -262,8 +293,7 @@ int gl_cross_entropy(gl_tensor **out, gl_tensor *logits, const gl_tensor *target
   if (st) { gl_release(p); return st; }
   gl_node *n = gl_record(&op_ce, 1, &logits, 1, out);
   if (n) {
-    save_class_args(n, C, ignore_index, reduction, R, count);
-    n->floats[0] = eps;
+    save_class_args(n, C, ignore_index, reduction, R, count, eps);
     if ((st = gl_clone(&tc, targets))) { gl_release(p); return st; }
     gl_save(n, p);
     gl_save(n, tc);
@@ -281,8 +311,9 @@ static int nll_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const float *t = n->saved[0]->data, *d = gout[0]->data;
-  int C = n->ints[0], ignore = n->ints[1], red = n->ints[2];
-  size_t R = (size_t)n->ints[3], count = (size_t)n->ints[4];
+  const class_loss_state *cs = GL_NODE_STATE(n, class_loss_state);
+  int C = cs->C, ignore = cs->ignore, red = cs->reduction;
+  size_t R = cs->R, count = cs->count;
   for (size_t r = 0; r < R; r++) {
     int tr = (int)t[r];
     if (tr == ignore) continue;
@@ -315,7 +346,7 @@ int gl_nll_loss(gl_tensor **out, gl_tensor *logp, const gl_tensor *targets, int 
   if (st) return st;
   gl_node *n = gl_record(&op_nll, 1, &logp, 1, out);
   if (n) {
-    save_class_args(n, C, ignore_index, reduction, R, count);
+    save_class_args(n, C, ignore_index, reduction, R, count, 0.0f);
     gl_tensor *tc;
     if ((st = gl_clone(&tc, targets))) return st;
     gl_save(n, tc);
@@ -328,9 +359,12 @@ int gl_nll_loss(gl_tensor **out, gl_tensor *logp, const gl_tensor *targets, int 
 /* mse_loss: l_i = (a_i - b_i)^2 ; bce_loss: l_i = -(t log p + (1-t) log(1-p)), logs >= -100
  * backward: ga += w 2 (a - b), gb -= w 2 (a - b) ; gp += w (p - t) / max(p (1-p), 1e-12) */
 
+typedef struct { int reduction, bce; } pair_loss_state;
+
 static int pointwise_loss_backward(gl_node *n, gl_tensor **gout) {
   const float *a = n->in[0]->data, *b = n->in[1]->data, *d = gout[0]->data;
-  int red = n->ints[0], bce = n->ints[1];
+  const pair_loss_state *ps = GL_NODE_STATE(n, pair_loss_state);
+  int red = ps->reduction, bce = ps->bce;
   size_t N = n->in[0]->numel;
   for (int which = 0; which < 2; which++) {
     gl_tensor *g = gl_grad_of(n, which);
@@ -380,7 +414,7 @@ static int pointwise_loss(const char *op, int bce, gl_tensor **out, gl_tensor *a
   if (st) return st;
   gl_tensor *in[2] = {a, b};
   gl_node *n = gl_record(&op_pointwise_loss, 2, in, 1, out);
-  if (n) { n->ints[0] = reduction; n->ints[1] = bce; }
+  if (n) *GL_NODE_STATE(n, pair_loss_state) = (pair_loss_state){reduction, bce};
   return GL_OK;
 }
 

@@ -2,7 +2,7 @@
  * (...,M,K) @ (K,N)), with transposition flags the kernel takes itself, and the Linear
  * layer x W^T + b as one op.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <string.h>
 
@@ -87,7 +87,7 @@ static void mm_run(const mm_geom *g, const float *A, const float *B, float *C, f
  * For a shared B (flattened or per-batch), dB sums over the batch (beta = 1 accumulation). */
 
 static int matmul_backward(gl_node *n, gl_tensor **gout) {
-  mm_geom g = {n->ints[0], n->ints[1], n->ints[2], n->ints[3], n->ints[4], n->ints[5], n->ints[6]};
+  mm_geom g = *GL_NODE_STATE(n, mm_geom);
   const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = gout[0]->data;
   /* a fresh gradient buffer is assigned (beta 0) where nothing was added before: each dA
    * block once, a shared dB only by the first batch item */
@@ -129,10 +129,7 @@ int gl_matmul_t(gl_tensor **out, gl_tensor *a, gl_tensor *b, int ta, int tb) {
   if ((*out)->numel) mm_run(&g, a->data, b->data, (*out)->data, 0.0f);
   gl_tensor *in[2] = {a, b};
   gl_node *n = gl_record(&op_matmul, 2, in, 1, out);
-  if (n) {
-    int geom[7] = {g.batch, g.M, g.K, g.N, g.bshared, g.ta, g.tb};
-    memcpy(n->ints, geom, sizeof geom);
-  }
+  if (n) *GL_NODE_STATE(n, mm_geom) = g;
   return GL_OK;
 }
 
@@ -142,9 +139,12 @@ int gl_matmul(gl_tensor **out, gl_tensor *a, gl_tensor *b) { return gl_matmul_t(
 /* linear: y (R, Out) = x (R, In) W^T + b, x's leading dims flattened into R
  * backward: dx += dy W,  dW += dy^T x,  db += sum_rows dy */
 
+typedef struct { int R, In, Out; } linear_state;
+
 static int linear_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
-  int R = n->ints[0], In = n->ints[1], Out = n->ints[2];
+  const linear_state *ls = GL_NODE_STATE(n, linear_state);
+  int R = ls->R, In = ls->In, Out = ls->Out;
   const float *dy = gout[0]->data;
   int fx, fw, fb;   /* a fresh gradient buffer is assigned (beta 0), an older one added to */
   gl_tensor *gx = gl_grad_slot(n, 0, &fx);
@@ -192,6 +192,6 @@ int gl_linear(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias) {
   if ((*out)->numel) gl_sgemm(0, 1, R, Out, In, 1, x->data, In, w->data, In, bias ? 1 : 0, y, Out);
   gl_tensor *in[3] = {x, w, bias};
   gl_node *n = gl_record(&op_linear, bias ? 3 : 2, in, 1, out);
-  if (n) { n->ints[0] = R; n->ints[1] = In; n->ints[2] = Out; }
+  if (n) *GL_NODE_STATE(n, linear_state) = (linear_state){R, In, Out};
   return GL_OK;
 }

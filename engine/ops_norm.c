@@ -7,7 +7,7 @@
  * mean and rstd are saved for backward.  Batch norm's running statistics are updated in place
  * in training mode (PyTorch's rule: the running variance takes the unbiased estimate).
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -157,7 +157,8 @@ int gl_layer_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b, flo
  *   batch statistics: dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
  *   fixed statistics: dx = rstd * g
  *   dw += sum_c dy*xhat,  db += sum_c dy
- * saved: the (C, 2) table of mean and rstd; ints[0] = batch statistics used */
+ * saved: the (C, 2) table of mean and rstd; state: whether batch statistics were used */
+typedef struct { int batch_stats; } batch_norm_state;
 
 static void bn_geom(const gl_tensor *x, size_t *B, size_t *C, size_t *S) {
   *B = (size_t)x->shape[0];
@@ -170,7 +171,7 @@ static int batch_norm_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1), *gb = gl_grad_of(n, 2);
   const float *stats = n->saved[0]->data, *dy = gout[0]->data;
-  int batch_stats = n->ints[0];
+  int batch_stats = GL_NODE_STATE(n, batch_norm_state)->batch_stats;
   size_t B, C, S;
   bn_geom(x, &B, &C, &S);
   double N = (double)B * S;
@@ -257,7 +258,7 @@ int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
   }
   gl_tensor *in[3] = {x, w, b};
   gl_node *n = gl_record(&op_batch_norm, 3, in, 1, out);
-  if (n) n->ints[0] = batch_stats;
+  if (n) GL_NODE_STATE(n, batch_norm_state)->batch_stats = batch_stats;
   gl_save(n, stats);
   gl_release(stats);
   return GL_OK;

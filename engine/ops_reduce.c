@@ -4,7 +4,7 @@
  * A reduction over dim d sees the tensor as (outer, n, inner) and writes (outer, inner).
  * Sums accumulate in double so a mean over a large tensor does not drift.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "ops_span.h"
 
 #include <float.h>
@@ -37,9 +37,15 @@ static int reduce_shape(const char *op, const gl_tensor *a, int dim, int keepdim
   return GL_OK;
 }
 
-/* backward walks the same span: ints[1..3] = outer, n, inner */
+/* a reduction's saved state: the span its backward walks, and the op's one scalar (the
+ * mean's 1/n, var's denominator, norm's result) */
+typedef struct {
+  span3 sp;
+  float scalar;
+} reduce_state;
+
 static void save_span(gl_node *n, const span3 *sp) {
-  n->ints[1] = (int)sp->outer; n->ints[2] = (int)sp->n; n->ints[3] = (int)sp->inner;
+  GL_NODE_STATE(n, reduce_state)->sp = *sp;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -49,8 +55,9 @@ static void save_span(gl_node *n, const span3 *sp) {
 static int summean_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
-  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
-  float scale = n->floats[0];
+  const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
+  size_t outer = sp->outer, len = sp->n, inner = sp->inner;
+  float scale = GL_NODE_STATE(n, reduce_state)->scalar;
   const float *d = gout[0]->data;
   for (size_t o = 0; o < outer; o++)
     for (size_t j = 0; j < len; j++) {
@@ -98,7 +105,7 @@ static int sum_or_mean(const char *name, int mean, gl_tensor **out, gl_tensor *a
   gl_node *n = gl_record(&op_summean, 1, &a, 1, out);
   if (n) {
     save_span(n, &sp);
-    n->floats[0] = scale;
+    GL_NODE_STATE(n, reduce_state)->scalar = scale;
   }
   return GL_OK;
 }
@@ -119,7 +126,8 @@ static int extreme_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const float *idx = n->saved[0]->data, *d = gout[0]->data;
-  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
+  const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
+  size_t outer = sp->outer, len = sp->n, inner = sp->inner;
   (void)len;
   for (size_t o = 0; o < outer; o++)
     for (size_t i = 0; i < inner; i++) {
@@ -192,7 +200,8 @@ static int lse_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
-  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
+  const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
+  size_t outer = sp->outer, len = sp->n, inner = sp->inner;
   for (size_t o = 0; o < outer; o++)
     for (size_t j = 0; j < len; j++)
       for (size_t i = 0; i < inner; i++) {
@@ -237,8 +246,9 @@ static int var_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const float *x = n->in[0]->data, *mu = n->saved[0]->data, *d = gout[0]->data;
-  size_t outer = (size_t)n->ints[1], len = (size_t)n->ints[2], inner = (size_t)n->ints[3];
-  float denom = n->floats[0];
+  const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
+  size_t outer = sp->outer, len = sp->n, inner = sp->inner;
+  float denom = GL_NODE_STATE(n, reduce_state)->scalar;
   for (size_t o = 0; o < outer; o++)
     for (size_t j = 0; j < len; j++)
       for (size_t i = 0; i < inner; i++) {
@@ -273,7 +283,7 @@ int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased) {
   gl_node *n = gl_record(&op_var, 1, &a, 1, out);
   if (n) {
     save_span(n, &sp);
-    n->floats[0] = denom;
+    GL_NODE_STATE(n, reduce_state)->scalar = denom;
     gl_save(n, mu);
   }
   gl_release(mu);
@@ -287,7 +297,7 @@ int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased) {
 static int norm_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
-  float y = n->floats[0], d = gout[0]->data[0];
+  float y = GL_NODE_STATE(n, reduce_state)->scalar, d = gout[0]->data[0];
   if (y == 0) return GL_OK;
   const float *x = n->in[0]->data;
   for (size_t i = 0; i < g->numel; i++) g->data[i] += d * x[i] / y;
@@ -303,6 +313,6 @@ int gl_norm(gl_tensor **out, gl_tensor *a) {
   int st = gl_from_data(out, 0, NULL, &y);
   if (st) return st;
   gl_node *n = gl_record(&op_norm, 1, &a, 1, out);
-  if (n) n->floats[0] = y;
+  if (n) GL_NODE_STATE(n, reduce_state)->scalar = y;
   return GL_OK;
 }

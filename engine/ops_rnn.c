@@ -22,7 +22,7 @@
  * reduction and a polynomial, accurate to about 1 ulp) so the gate loops vectorise; libm's
  * scalar tanhf/expf would cost more than the sgemm at these sizes.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -301,20 +301,22 @@ static const step_bwd_fn step_bwd[RNN_KINDS] = {rnn_step_backward, rnn_step_back
 
 /* node layout: inputs 0 xp, 1 h0, 2 c0, 3 w_hh, 4 b_hh (absent ones NULL);
  * saved: A, Hprev, [Cprev (LSTM)], [mask];
- * ints: kind, B, T, H, reverse, has_mask, has_y (the sequence op; the cell has no y) */
+ * state: rnn_state (has_y: the sequence op; the cell has no y) */
 enum { IN_XP, IN_H, IN_C, IN_W, IN_B, NIN };
+typedef struct { int kind, B, T, H, reverse, has_mask, has_y; } rnn_state;
 
 /* Backward over all steps in reverse processing order (see the kinds' sections). */
 static int rnn_backward(gl_node *n, gl_tensor **gout) {
-  int kind = n->ints[0], B = n->ints[1], T = n->ints[2], H = n->ints[3];
-  int has_mask = n->ints[5], has_y = n->ints[6];
+  const rnn_state *rs = GL_NODE_STATE(n, rnn_state);
+  int kind = rs->kind, B = rs->B, T = rs->T, H = rs->H;
+  int has_mask = rs->has_mask, has_y = rs->has_y;
   int G = kind_gates[kind] * H, lstm = kind == RNN_LSTM;
   int k = 0;
   gl_tensor *A = n->saved[k++], *Hp = n->saved[k++];
   gl_tensor *Cp = lstm ? n->saved[k++] : NULL;
   gl_tensor *mask = has_mask ? n->saved[k++] : NULL;
   rnn_run r = {.kind = kind, .B = B, .T = T, .H = H, .G = G, .W = kind_saved[kind] * H,
-               .reverse = n->ints[4], .w = n->in[IN_W]->data,
+               .reverse = rs->reverse, .w = n->in[IN_W]->data,
                .mask = mask ? mask->data : NULL, .A = A->data};
   const float *dy = has_y ? gout[0]->data : NULL;
   const gl_tensor *dhn = gout[has_y ? 1 : 0], *dcn = lstm ? gout[has_y ? 2 : 1] : NULL;
@@ -480,8 +482,7 @@ static int rnn_run_op(int kind, int seq, gl_tensor **y, gl_tensor **h_n, gl_tens
   if (lstm) outs[nout++] = Cn;
   gl_node *n = rec ? gl_record(seq ? &op_seq[kind] : &op_cell[kind], NIN, in, nout, outs) : NULL;
   if (n) {
-    n->ints[0] = kind; n->ints[1] = B; n->ints[2] = T; n->ints[3] = H;
-    n->ints[4] = reverse; n->ints[5] = mask != NULL; n->ints[6] = seq;
+    *GL_NODE_STATE(n, rnn_state) = (rnn_state){kind, B, T, H, reverse, mask != NULL, seq};
     gl_save(n, A);
     gl_save(n, Hp);
     if (lstm) gl_save(n, Cp);

@@ -1,6 +1,6 @@
 /* ops_sample.c -- sampling from the seeded generator: categorical (multinomial) draws and
  * Bernoulli draws.  Used by hard attention, dropout-like noise and decoding. */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * permute, narrow or select on an inner dim) copies.  Also the indexing ops: index_select,
  * gather, scatter_add, embedding, and cat / stack / expand.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 #include "ops_span.h"
 
 #include <math.h>
@@ -130,11 +130,14 @@ static void permute_copy(const float *src, const int *sshape, int nd, const int 
   }
 }
 
+typedef struct { int perm[GL_MAX_DIMS]; } permute_state;
+
 static int permute_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   int nd = g->ndim, inv[GL_MAX_DIMS];
-  for (int i = 0; i < nd; i++) inv[n->ints[i]] = i;
+  const int *perm = GL_NODE_STATE(n, permute_state)->perm;
+  for (int i = 0; i < nd; i++) inv[perm[i]] = i;
   float *tmp = gl_scratch_alloc(g->numel);
   if (!tmp) return gl_fail(GL_ENOMEM, "permute backward: out of memory");
   permute_copy(gout[0]->data, gout[0]->shape, nd, inv, tmp);
@@ -158,7 +161,7 @@ int gl_permute(gl_tensor **out, gl_tensor *a, const int *perm) {
   if (st) return st;
   permute_copy(a->data, a->shape, a->ndim, perm, (*out)->data);
   gl_node *n = gl_record(&op_permute, 1, &a, 1, out);
-  if (n) memcpy(n->ints, perm, sizeof(int) * (size_t)a->ndim);
+  if (n) memcpy(GL_NODE_STATE(n, permute_state)->perm, perm, sizeof(int) * (size_t)a->ndim);
   return GL_OK;
 }
 
@@ -177,12 +180,15 @@ int gl_transpose(gl_tensor **out, gl_tensor *a, int d0, int d1) {
 /* narrow: out = a[..., start:start+len, ...] along dim (a view when dim is the first)
  * backward: ga[..., start:start+len, ...] += gout */
 
+typedef struct { int dim, start, len; } narrow_state;
+
 static int narrow_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   size_t outer, len, inner;
-  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
-  size_t start = (size_t)n->ints[1], cnt = (size_t)n->ints[2];
+  const narrow_state *ns = GL_NODE_STATE(n, narrow_state);
+  gl_dim_span(g, ns->dim, &outer, &len, &inner);
+  size_t start = (size_t)ns->start, cnt = (size_t)ns->len;
   for (size_t o = 0; o < outer; o++) {
     float *dst = g->data + (o * len + start) * inner;
     const float *src = gout[0]->data + o * cnt * inner;
@@ -222,7 +228,7 @@ static int narrow_impl(const char *op, gl_tensor **out, gl_tensor *a, int dim, i
   }
   if (st) return st;
   gl_node *nd = gl_record(&op_narrow, 1, &a, 1, out);
-  if (nd) { nd->ints[0] = dim; nd->ints[1] = start; nd->ints[2] = len; }
+  if (nd) *GL_NODE_STATE(nd, narrow_state) = (narrow_state){dim, start, len};
   return GL_OK;
 }
 
@@ -246,11 +252,15 @@ static int check_index(const char *op, const gl_tensor *idx, int n) {
   return GL_OK;
 }
 
+/* the index ops' saved state: the dim (index_select, gather, scatter_add) or the padding
+ * index (embedding); the index tensor itself is saved[0] */
+typedef struct { int arg; } index_state;
+
 /* Record the op's int argument and keep a private copy of idx for backward (the caller owns
  * idx and may rewrite it).  n may be NULL (nothing recorded). */
 static int save_index(gl_node *n, int arg, const gl_tensor *idx) {
   if (!n) return GL_OK;
-  n->ints[0] = arg;
+  GL_NODE_STATE(n, index_state)->arg = arg;
   gl_tensor *ic;
   int st = gl_clone(&ic, idx);
   if (st) return st;
@@ -268,7 +278,7 @@ static int index_select_backward(gl_node *n, gl_tensor **gout) {
   if (!g) return GL_OK;
   const gl_tensor *idx = n->saved[0];
   size_t outer, len, inner;
-  gl_dim_span(g, n->ints[0], &outer, &len, &inner);
+  gl_dim_span(g, GL_NODE_STATE(n, index_state)->arg, &outer, &len, &inner);
   size_t K = idx->numel;
   for (size_t o = 0; o < outer; o++)
     for (size_t k = 0; k < K; k++) {
@@ -366,7 +376,7 @@ static int gather_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const gl_tensor *idx = n->saved[0];
-  size_t *offs = new_offsets(g, n->ints[0], idx);
+  size_t *offs = new_offsets(g, GL_NODE_STATE(n, index_state)->arg, idx);
   if (!offs) return gl_fail(GL_ENOMEM, "gather backward: out of memory");
   for (size_t p = 0; p < idx->numel; p++) g->data[offs[p]] += gout[0]->data[p];
   free_offsets(offs, idx);
@@ -395,7 +405,7 @@ static int scatter_backward(gl_node *n, gl_tensor **gout) {
   if (ga) for (size_t i = 0; i < ga->numel; i++) ga->data[i] += gout[0]->data[i];
   if (!gs) return GL_OK;
   const gl_tensor *idx = n->saved[0];
-  size_t *offs = new_offsets(gout[0], n->ints[0], idx);
+  size_t *offs = new_offsets(gout[0], GL_NODE_STATE(n, index_state)->arg, idx);
   if (!offs) return gl_fail(GL_ENOMEM, "scatter_add backward: out of memory");
   size_t sst[GL_MAX_DIMS], ist[GL_MAX_DIMS];
   strides_of(gs, sst);
@@ -440,7 +450,7 @@ static int embedding_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
   const gl_tensor *idx = n->saved[0];
-  int D = g->shape[1], pad = n->ints[0];
+  int D = g->shape[1], pad = GL_NODE_STATE(n, index_state)->arg;
   for (size_t p = 0; p < idx->numel; p++) {
     int r = (int)idx->data[p];
     if (r == pad) continue;
@@ -475,8 +485,10 @@ int gl_embedding(gl_tensor **out, gl_tensor *weight, const gl_tensor *idx, int p
 /* cat: out = [t_0 ; t_1 ; ...] along dim
  * backward: each input's gradient is its slab of gout */
 
+typedef struct { int dim; } cat_state;
+
 static int cat_backward(gl_node *n, gl_tensor **gout) {
-  int dim = n->ints[0];
+  int dim = GL_NODE_STATE(n, cat_state)->dim;
   size_t outer, total, inner, off = 0;
   gl_tensor *go = gout[0];
   gl_dim_span(go, dim, &outer, &total, &inner);
@@ -543,7 +555,7 @@ int gl_cat(gl_tensor **out, int n, gl_tensor *const *ts, int dim) {
   int st = cat_core("cat", out, n, ts, dim);
   if (st) return st;
   gl_node *nd = gl_record(&op_cat, n, ts, 1, out);
-  if (nd) nd->ints[0] = dim;
+  if (nd) GL_NODE_STATE(nd, cat_state)->dim = dim;
   return GL_OK;
 }
 

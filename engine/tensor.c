@@ -4,7 +4,7 @@
  * training loop, which asks for the same sizes every step, stops calling malloc after its
  * first step; headers and storages come from free lists for the same reason.
  */
-#include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -156,7 +156,6 @@ static gl_tensor *header_new(void) {
   return t;
 }
 
-void gl_node_release(gl_node *n);   /* autograd.c */
 
 void gl_retain(gl_tensor *t) {
   if (t) t->refs++;
@@ -179,15 +178,20 @@ int gl_check_shape(const char *op, int ndim, const int *shape, size_t *numel) {
   if (ndim < 0 || ndim > GL_MAX_DIMS)
     return gl_fail(GL_EARG, "%s: %d dims (at most %d)", op, ndim, GL_MAX_DIMS);
   size_t n = 1;
+  int zero = 0;    /* a zero anywhere makes an empty tensor, whatever the other sizes */
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0)
       return gl_fail(GL_EARG, "%s: size %d of dim %d is negative in %s", op, shape[i], i + 1,
                      gl_shape_str(b, sizeof b, ndim, shape));
-    if (shape[i] > 0 && n > GL_MAX_NUMEL / (size_t)shape[i])
+    zero |= shape[i] == 0;
+  }
+  for (int i = 0; i < ndim && !zero; i++) {
+    if (n > GL_MAX_NUMEL / (size_t)shape[i])
       return gl_fail(GL_ENOMEM, "%s: shape %s is too large (more than %zu elements)", op,
                      gl_shape_str(b, sizeof b, ndim, shape), GL_MAX_NUMEL);
     n *= (size_t)shape[i];
   }
+  if (zero) n = 0;
   if (numel) *numel = n;
   return GL_OK;
 }
@@ -342,12 +346,18 @@ float gl_rand_normal(void) {
 }
 
 int gl_uniform_(gl_tensor *t, float lo, float hi) {
+  if (!isfinite(lo) || !isfinite(hi) || lo > hi)
+    return gl_fail(GL_EARG, "uniform_: the range [%g, %g) needs finite bounds with low <= high",
+                   (double)lo, (double)hi);
   for (size_t i = 0; i < t->numel; i++) t->data[i] = lo + (hi - lo) * gl_rand_uniform();
   t->version++;
   return GL_OK;
 }
 
 int gl_normal_(gl_tensor *t, float mean, float std) {
+  if (!isfinite(mean) || !isfinite(std) || std < 0)
+    return gl_fail(GL_EARG, "normal_: mean %g and std %g must be finite with std >= 0",
+                   (double)mean, (double)std);
   for (size_t i = 0; i < t->numel; i++) t->data[i] = mean + std * gl_rand_normal();
   t->version++;
   return GL_OK;

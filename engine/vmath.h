@@ -47,7 +47,10 @@ static inline float vm_exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   float n1 = (n * 0.5f + 12582912.0f) - 12582912.0f;      /* about n/2, an integer again */
-  return p * vm_pow2i(n1) * vm_pow2i(n - n1);
+  /* a NaN x makes n NaN, whose conversion to int is undefined: convert 0 instead (p is NaN,
+   * so the NaN still reaches the result) */
+  float m = n == n ? n : 0.0f, m1 = n1 == n1 ? n1 : 0.0f;
+  return p * vm_pow2i(m1) * vm_pow2i(m - m1);
 }
 
 /* with e = e^-|x| <= 1: 1/(1+e) for x >= 0, e/(1+e) below, so tiny results (x < -87, down

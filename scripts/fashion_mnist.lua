@@ -5,102 +5,51 @@
 --   glimpse scripts/fashion_mnist.lua --epochs 1 --limit 5000 --test-limit 1000   # a quick look
 --
 -- Model: conv3x3(1->c1)-BN-ReLU-maxpool2 -> conv3x3(c1->c2)-BN-ReLU-maxpool2 -> flatten ->
--- Linear(c2*7*7 -> hidden)-ReLU-Dropout -> Linear(hidden -> 10), trained with Adam on
--- cross-entropy.  Prints a one-line configuration header, progress (glimpse.progress: one
--- redrawn line on a terminal, a line every --log-every steps in a log) with the rate and the
--- ETA of the training steps, the test accuracy after each epoch, and writes results.json
--- (configuration, per-epoch numbers, timing, machine load), model.safetensors (the
--- state_dict, loadable by PyTorch under the same names) and run.json (the command) to the
+-- Linear(c2*7*7 -> hidden)-ReLU-Dropout -> Linear(hidden -> 10), trained by glimpse.train's
+-- Trainer with Adam on cross-entropy, the learning rate times --lr-decay after each epoch.
+-- Prints the configuration, progress, the test accuracy after each epoch, and writes
+-- results.json (configuration, per-epoch numbers, timing, machine load), model.safetensors
+-- (the state_dict, loadable by PyTorch under the same names), run.json and index.html to the
 -- --out folder, named at the end.
 local glimpse = require "glimpse"
-local argparse = require "argparse"
 local fm = require "datasets.fashion_mnist"
+local nn, experiment, util = glimpse.nn, glimpse.experiment, glimpse.util
 
-local nn, progress, util = glimpse.nn, glimpse.progress, glimpse.util
+local parser = experiment.parser("fashion_mnist", "Train a small CNN on Fashion-MNIST.",
+  {threads = 2, time_limit = 290, log_every = 100, steps = 0,
+   quick = {epochs = 1, limit = 5000, test_limit = 1000}})
+parser:option("--epochs", "training epochs (--steps 0: all of them)", "3"):convert(tonumber)
+experiment.add_flags(parser, {batch = 64, hidden = {128, "hidden units of the classifier"},
+                              lr = {2e-3, "Adam learning rate"}})
+parser:option("--lr-decay", "learning rate factor per epoch", "0.5"):convert(tonumber)
+parser:option("--channels", "conv channels c1,c2", "16,32")
+parser:option("--dropout", "dropout before the last layer", "0.25"):convert(tonumber)
+parser:option("--limit", "use only the first N training images"):convert(tonumber)
+parser:option("--test-limit", "use only the first N test images"):convert(tonumber)
+experiment.int_flags(parser, {epochs = 1, limit = 1, test_limit = 1})
+local args = experiment.parse(parser)
+local channels = experiment.int_list(parser, "--channels", args.channels, 1)
+if #channels ~= 2 then parser:error("--channels must be two integers like 16,32") end
+local c1, c2 = channels[1], channels[2]
 
-local parser = argparse("fashion_mnist", "Train a small CNN on Fashion-MNIST.")
-parser:option("--epochs", "Training epochs.", "3"):convert(tonumber)
-parser:option("--batch", "Batch size.", "64"):convert(tonumber)
-parser:option("--lr", "Adam learning rate.", "2e-3"):convert(tonumber)
-parser:option("--lr-decay", "Learning rate factor per epoch.", "0.5"):convert(tonumber)
-parser:option("--channels", "Conv channels c1,c2.", "16,32")
-parser:option("--hidden", "Hidden units of the classifier.", "128"):convert(tonumber)
-parser:option("--dropout", "Dropout before the last layer.", "0.25"):convert(tonumber)
-parser:option("--limit", "Use only the first N training images.", nil):convert(tonumber)
-parser:option("--test-limit", "Use only the first N test images.", nil):convert(tonumber)
-parser:option("--threads", "BLAS threads.", "2"):convert(tonumber)
-parser:option("--seed", "Random seed.", "1"):convert(tonumber)
-parser:option("--time-limit", "Stop training after this many seconds.", "290"):convert(tonumber)
-parser:option("--log-every", "Steps between progress lines.", "100"):convert(tonumber)
-parser:option("--out", "Output folder.", "out/fashion_mnist")
-local args = parser:parse()
-
-local c1, c2 = args.channels:match("^(%d+),(%d+)$")
-if not c1 then parser:error("--channels must be two integers like 16,32") end
-c1, c2 = math.tointeger(tonumber(c1)), math.tointeger(tonumber(c2))
-
-glimpse.manual_seed(args.seed)
-math.randomseed(args.seed)
-glimpse.set_num_threads(args.threads)
-
--- the optimizer: glimpse.optim when it is there, a small local Adam otherwise
-local function local_adam(params, lr)
-  local m, v, t = {}, {}, 0
-  local opt = {lr = lr}
-  for i, p in ipairs(params) do m[i], v[i] = glimpse.zeros(table.unpack(p.shape)), glimpse.zeros(table.unpack(p.shape)) end
-  function opt:zero_grad()
-    for _, p in ipairs(params) do p:zero_grad() end
-  end
-  function opt:step()
-    t = t + 1
-    local b1, b2, eps = 0.9, 0.999, 1e-8
-    local c1c, c2c = 1 - b1 ^ t, 1 - b2 ^ t
-    glimpse.no_grad(function()
-      for i, p in ipairs(params) do
-        local g = p.grad
-        if g then
-          m[i] = m[i] * b1 + g * (1 - b1)
-          v[i] = v[i] * b2 + g * g * (1 - b2)
-          p:add_((m[i] / c1c) / ((v[i] / c2c):sqrt() + eps), -self.lr)
-        end
-      end
-    end)
-  end
-  function opt:set_lr(x) self.lr = x end
-  return opt, "local Adam (glimpse.optim not found)"
-end
-
-local function make_optimizer(params, lr)
-  if package.searchpath("glimpse.optim", package.path) then
-    local opt = glimpse.optim.Adam(params, {lr = lr})
-    return opt, "glimpse.optim.Adam"
-  end
-  return local_adam(params, lr)
-end
-
-local function set_lr(opt, lr)
-  if opt.param_groups then
-    for _, g in ipairs(opt.param_groups) do g.lr = lr end
-  else
-    opt:set_lr(lr)
-  end
-end
-
--- ---------------------------------------------------------------------------------------
--- data
-
-local MEAN, STD = 0.2860, 0.3530          -- Fashion-MNIST training-set pixel statistics
-local t_load = glimpse.clock()
+-- data: pixels standardised with the training set's statistics
+local MEAN, STD = 0.2860, 0.3530
+local load_timer = util.Timer()
 local train_x, train_y = fm.load("train", {limit = args.limit})
 local test_x, test_y = fm.load("test", {limit = args.test_limit})
-train_x = (train_x - MEAN) / STD
-test_x = (test_x - MEAN) / STD
-local n_train, n_test = train_x:size(1), test_x:size(1)
-t_load = glimpse.clock() - t_load
+train_x, test_x = (train_x - MEAN) / STD, (test_x - MEAN) / STD
+local t_load = load_timer:elapsed()
+local train = {n = train_x:size(1), collate = function(_, idx)
+  return {x = train_x:index_select(1, idx), y = train_y:index_select(1, idx)}
+end}
+local steps_per_epoch = (train.n + args.batch - 1) // args.batch
+args.steps = args.steps > 0 and args.steps or steps_per_epoch * args.epochs
 
--- ---------------------------------------------------------------------------------------
--- model
-
+local config = {epochs = args.epochs, batch = args.batch, lr = args.lr, lr_decay = args.lr_decay,
+                channels = {c1, c2}, hidden = args.hidden, dropout = args.dropout,
+                train_images = train.n, test_images = test_x:size(1), threads = args.threads,
+                seed = args.seed, optimizer = "glimpse.optim.Adam"}
+local run = experiment.start(args, {name = "fashion_mnist", config = config})
 local model = nn.Sequential{
   nn.Conv2d(1, c1, 3, {padding = 1}), nn.BatchNorm2d(c1), nn.ReLU(), nn.MaxPool2d(2),
   nn.Conv2d(c1, c2, 3, {padding = 1}), nn.BatchNorm2d(c2), nn.ReLU(), nn.MaxPool2d(2),
@@ -108,129 +57,62 @@ local model = nn.Sequential{
   nn.Linear(c2 * 7 * 7, args.hidden), nn.ReLU(), nn.Dropout(args.dropout),
   nn.Linear(args.hidden, 10),
 }
-local opt, opt_name = make_optimizer(model:parameters(), args.lr)
+config.parameters = run:count_params(model)
 
-local steps_per_epoch = (n_train + args.batch - 1) // args.batch
-local total_steps = steps_per_epoch * args.epochs
-print(string.format("fashion_mnist: train %d, test %d, epochs %d, batch %d, Adam lr %g (x%g/epoch), " ..
-                    "channels %d,%d, hidden %d, dropout %g, %d params, threads %d, seed %d, %s, " ..
-                    "time limit %ds", n_train, n_test, args.epochs, args.batch, args.lr,
-                    args.lr_decay, c1, c2, args.hidden, args.dropout, model:num_parameters(),
-                    args.threads, args.seed, opt_name, args.time_limit))
-
--- accuracy (and mean loss) over a set, in evaluation mode, without a graph
-local function evaluate(x, y)
-  model:evaluate()
-  local correct, loss_sum, n = 0, 0, x:size(1)
-  glimpse.no_grad(function()
-    for i = 1, n, 500 do
-      local len = math.min(500, n - i + 1)
-      local logits = model(x:narrow(1, i, len))
-      local yy = y:narrow(1, i, len)
-      loss_sum = loss_sum + glimpse.cross_entropy(logits, yy, {reduction = "sum"}):item()
-      correct = correct + logits:argmax(2):eq(yy):sum():item()
-    end
-  end)
-  model:train()
+-- accuracy and mean loss over the test set, in batches of 500
+local function test_set(m)
+  local correct, loss_sum, n = 0, 0, test_x:size(1)
+  for i = 1, n, 500 do
+    local len = math.min(500, n - i + 1)
+    local logits, y = m(test_x:narrow(1, i, len)), test_y:narrow(1, i, len)
+    loss_sum = loss_sum + glimpse.cross_entropy(logits, y, {reduction = "sum"}):item()
+    correct = correct + logits:argmax(2):eq(y):sum():item()
+  end
   return correct / n, loss_sum / n
 end
 
-local function permutation(n)
-  local p = {}
-  for i = 1, n do p[i] = i end
-  for i = n, 2, -1 do
-    local j = math.random(i)
-    p[i], p[j] = p[j], p[i]
-  end
-  return p
-end
+local load_before, trainer = util.loadavg(), nil
+trainer = glimpse.train.Trainer(run:trainer_options{
+  model = model, optimizer = {"Adam", lr = args.lr}, data = train, batch_size = args.batch,
+  schedule = {"StepLR", step_size = steps_per_epoch, gamma = args.lr_decay},
+  progress = {unit = "img", unit_scale = args.batch, fields = {"epoch", "loss", "acc"},
+              formats = {loss = "%.4f", acc = "%.3f"}},
+  loss = function(m, b)
+    local logits = m(b.x)
+    local acc = glimpse.no_grad(function() return logits:argmax(2):eq(b.y):mean():item() end)
+    return glimpse.cross_entropy(logits, b.y), {acc = acc}
+  end,
+  eval_every = steps_per_epoch,
+  evaluate = function(m, step)
+    local acc, loss = test_set(m)
+    return {epoch = step / steps_per_epoch, test_acc = acc, test_loss = loss,
+            train_acc = trainer.ema_stats.acc}
+  end,
+  format_eval = function(e)
+    return string.format("epoch %.4g: test accuracy %.2f%% (loss %.4f), train %.2f%%", e.epoch,
+                         100 * e.test_acc, e.test_loss, 100 * e.train_acc)
+  end,
+})
+local history = trainer:fit()
+local final = history.evals[#history.evals]
 
--- ---------------------------------------------------------------------------------------
--- training
-
-local history = {}
-local clock = util.Timer()                -- everything after loading (the time limit)
-local step, stopped_early = 0, false
-local train_seconds = 0                   -- training steps only (the rate and the ETA)
-local load_before = util.loadavg()
-local bar = progress.Bar{total = total_steps, label = "train", every = args.log_every,
-                        unit = "img", unit_scale = args.batch,
-                        fields = {"epoch", "loss", "train acc"},
-                        formats = {loss = "%.4f", ["train acc"] = "%5.1f%%"}}
-for epoch = 1, args.epochs do
-  set_lr(opt, args.lr * args.lr_decay ^ (epoch - 1))
-  model:train()
-  local order = permutation(n_train)
-  local loss_sum, correct, seen = 0, 0, 0
-  local t_epoch = glimpse.clock()
-  for b = 1, steps_per_epoch do
-    local first = (b - 1) * args.batch + 1
-    local len = math.min(args.batch, n_train - first + 1)
-    local idx = table.move(order, first, first + len - 1, 1, {})
-    local x, y = train_x:index_select(1, idx), train_y:index_select(1, idx)
-    opt:zero_grad()
-    local logits = model(x)
-    local loss = glimpse.cross_entropy(logits, y)
-    loss:backward()
-    opt:step()
-    step = step + 1
-    local l = loss:item()
-    loss_sum = loss_sum + l * len
-    seen = seen + len
-    correct = correct + glimpse.no_grad(function() return logits:argmax(2):eq(y):sum():item() end)
-    bar:update(step, {epoch = string.format("%d/%d", epoch, args.epochs), loss = loss_sum / seen,
-                      ["train acc"] = 100 * correct / seen})
-    if clock:elapsed() > args.time_limit then
-      stopped_early = true
-      break
-    end
-  end
-  local train_time = glimpse.clock() - t_epoch
-  train_seconds = train_seconds + train_time
-  bar:show()                              -- the epoch's last step, whatever --log-every says
-  bar:pause()                             -- the rate and ETA count training steps only
-  local acc, test_loss = evaluate(test_x, test_y)
-  bar:resume()
-  history[#history + 1] = {epoch = epoch, train_loss = loss_sum / seen, train_acc = correct / seen,
-                           test_acc = acc, test_loss = test_loss, seconds = train_time,
-                           images = seen}
-  bar:print(string.format("epoch %d: test accuracy %.2f%% (loss %.4f), train %.2f%%, %.1fs",
-                          epoch, 100 * acc, test_loss, 100 * correct / seen, train_time))
-  if stopped_early then
-    bar:print(string.format("stopped: time limit of %ds reached", args.time_limit))
-    break
-  end
-end
-bar:finish()
-local total = clock:elapsed()
-local final = history[#history]
-
--- ---------------------------------------------------------------------------------------
--- results
-
-local blas = glimpse.blas_info()
 local results = {
-  config = {epochs = args.epochs, batch = args.batch, lr = args.lr, lr_decay = args.lr_decay,
-            channels = {c1, c2}, hidden = args.hidden, dropout = args.dropout,
-            train_images = n_train, test_images = n_test, threads = args.threads,
-            seed = args.seed, optimizer = opt_name, parameters = model:num_parameters()},
-  model = tostring(model),
-  history = history,
-  test_accuracy = final.test_acc,
-  seconds_training_and_eval = total,
-  seconds_loading = t_load,
-  steps = step,
-  seconds_training = train_seconds,
-  training_images_per_second = step * args.batch / train_seconds,
-  stopped_early = stopped_early,
-  machine = {blas_core = blas.core, blas_threads = blas.threads,
+  config = config, model = tostring(model), history = history.evals,
+  test_accuracy = final.test_acc, seconds_training_and_eval = run:seconds() - t_load,
+  seconds_loading = t_load, steps = history.steps, seconds_training = history.seconds,
+  training_images_per_second = history.steps * args.batch / history.seconds,
+  stopped_early = history.stopped ~= "steps",
+  machine = {blas_core = glimpse.blas_info().core, blas_threads = glimpse.blas_info().threads,
              loadavg_before = load_before, loadavg_after = util.loadavg(),
              peak_rss_kb = util.peak_rss_kb()},
 }
-util.output_dir(args.out, results.config)
-util.write_json(args.out .. "/results.json", results, {indent = 2})
-glimpse.save(args.out .. "/model.safetensors", model:state_dict(),
-             {config = util.json_encode(results.config),
-              test_accuracy = string.format("%.4f", final.test_acc)})
+run:write_run_json()
+run:write_metrics(results, "results.json")
+glimpse.save(run:path("model.safetensors"), model:state_dict(),
+             {config = util.json_encode(config), test_accuracy = string.format("%.4f", final.test_acc)})
+run:write_report{title = "Fashion-MNIST CNN", history = history, charts = {"test_acc"},
+                 summary = {test_accuracy = final.test_acc, steps = history.steps,
+                            seconds_training = history.seconds}}
 print(string.format("final test accuracy %.2f%% after %.0fs (%.0fs loading); results in %s/ " ..
-                    "(results.json, model.safetensors, run.json)", 100 * final.test_acc, total, t_load, args.out))
+                    "(results.json, model.safetensors, run.json, index.html)",
+                    100 * final.test_acc, run:seconds(), t_load, run.dir))

@@ -14,7 +14,10 @@
 --   H.tmpdir() -> path      a fresh directory, removed when the suite ends (tests/run.lua
 --                           calls H.cleanup) or by H.rmdir(path)
 --   H.read_file(path) -> s  (nil when the file cannot be opened), H.write_file(path, s)
---   H.sh_quote(s) -> s quoted for a POSIX shell
+--   H.sh_quote(s) -> s quoted for a POSIX shell;  H.ls(dir) -> sorted names in dir
+--   H.browser_check(page, width) -> {images=, broken=, list=, scroll=, inner=, body=}: the page
+--       (an index.html) as headless Chromium shows it in a window `width` px wide, through a
+--       copy with a check script added; skips the test without chromium (fails under CI=true)
 local lu = require "luaunit"
 local glimpse = require "glimpse"
 
@@ -141,20 +144,19 @@ function H.write_file(p, s)
   f:close()
 end
 
---- H.find_chromium() -> the path of Debian's chromium (or chromium-browser), or nil
-function H.find_chromium()
-  for _, name in ipairs({"chromium", "chromium-browser"}) do
-    local p = io.popen("command -v " .. name .. " 2>/dev/null")
-    local path = p:read("l")
-    p:close()
-    if path and path ~= "" then return path end
+--- H.ls(dir) -> the sorted names in dir (hidden ones too, not . and ..)
+function H.ls(d)
+  local names = {}
+  local p = io.popen("ls -a " .. H.sh_quote(d))
+  for n in p:lines() do
+    if n ~= "." and n ~= ".." then names[#names + 1] = n end
   end
-  return nil
+  p:close()
+  table.sort(names)
+  return names
 end
 
---- H.BROWSER_CHECK: a <script> for a page under test; on load it appends <pre id="checks">
---- with the number of images, the broken ones and the page's scroll widths
-H.BROWSER_CHECK = [[<script>
+local CHECK_SCRIPT = [[<script>
 window.addEventListener("load", function () {
   var imgs = document.images, bad = [];
   for (var i = 0; i < imgs.length; i++) {
@@ -169,25 +171,50 @@ window.addEventListener("load", function () {
 });
 </script>]]
 
---- H.browser_check(chromium, page, window, dir) -> the check line (nil and chromium's
---- stderr when there is none): headless chromium loads file://page in a window `window` px
---- wide and dumps the DOM; dir holds the profile and stderr.txt.
-function H.browser_check(chromium, page, window, dir)
+local function find_chromium()
+  for _, name in ipairs({"chromium", "chromium-browser"}) do
+    local p = io.popen("command -v " .. name .. " 2>/dev/null")
+    local path = p:read("l")
+    p:close()
+    if path and path ~= "" then return path end
+  end
+  return nil
+end
+
+--- H.browser_check(page, width) -> facts of the page as headless Chromium lays it out at
+--- width px: images (count), broken (not loaded), list (their srcs), scroll (the document's
+--- scrollWidth), inner (innerWidth), body (body.scrollWidth)
+function H.browser_check(page, width)
+  local chromium = find_chromium()
+  if not chromium then
+    if os.getenv("CI") == "true" then
+      lu.fail("chromium is not installed (Debian package chromium; make test installs it)")
+    end
+    lu.skip("chromium is not installed (Debian package chromium): browser check skipped")
+  end
+  local html = assert(H.read_file(page), "cannot read " .. page)
+  local dir = page:match("^(.*)/[^/]*$") or "."
+  local copy = dir .. "/browser_check.html"
+  H.write_file(copy, (html:gsub("</body>", function() return CHECK_SCRIPT .. "</body>" end, 1)))
+  local work = H.tmpdir()
   local cmd = string.format("timeout 120 %s --headless --no-sandbox --disable-gpu --disable-quic "
                             .. "--no-first-run --disable-background-networking "
                             .. "--disable-component-update --disable-sync --user-data-dir=%s "
                             .. "--window-size=%d,900 --virtual-time-budget=5000 --dump-dom "
-                            .. "file://%s 2>%s/stderr.txt", H.sh_quote(chromium),
-                            H.sh_quote(dir .. "/profile"), window, H.sh_quote(page), H.sh_quote(dir))
+                            .. "file://%s 2>%s/stderr.txt",
+                            H.sh_quote(chromium), H.sh_quote(work), width, H.sh_quote(copy),
+                            H.sh_quote(work))
   local p = io.popen(cmd)
   local dom = p:read("a")
   p:close()
+  os.remove(copy)
   local line = dom:match("<pre id=\"checks\">(.-)</pre>")
-  if line then return line end
-  local f = io.open(dir .. "/stderr.txt")
-  local err = f and f:read("a") or ""
-  if f then f:close() end
-  return nil, err:sub(1, 2000)
+  lu.assertNotNil(line, "no check line in the DOM; chromium said: "
+                  .. (H.read_file(work .. "/stderr.txt") or ""):sub(1, 2000))
+  return {images = tonumber(line:match("images=(%d+)")), broken = tonumber(line:match("broken=(%d+)")),
+          list = line:match("%[(.-)%]"), scroll = tonumber(line:match(" scrollWidth=(%d+)")),
+          inner = tonumber(line:match("innerWidth=(%d+)")),
+          body = tonumber(line:match("bodyScrollWidth=(%d+)")), line = line}
 end
 
 return H

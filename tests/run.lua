@@ -88,6 +88,12 @@ for _, f in ipairs(files) do
   local _, how, code = p:close()
   if got then
     passed, failed, skipped = passed + got[1], failed + got[2], skipped + got[3]
+    -- a clean report but a failing exit: a sanitizer (LeakSanitizer runs at exit) objected
+    if got[2] == 0 and code ~= 0 then
+      failed = failed + 1
+      print(string.format("!! %s exited with %s %s after its tests passed (a sanitizer "
+                          .. "report above?)", f, tostring(how), tostring(code)))
+    end
   else
     failed = failed + 1
     print(string.format("!! %s died (%s %s) before reporting", f, tostring(how), tostring(code)))

@@ -8,10 +8,9 @@ local util = glimpse.util
 
 local T = {}
 
+-- a path in a fresh temporary directory (tests/helpers removes it), not made yet
 local function tmpdir(tag)
-  local d = string.format("/tmp/glimpse-test-experiment-%d-%s", util.pid(), tag)
-  os.execute("rm -rf " .. util.shell_quote(d))
-  return d
+  return require("tests.helpers").tmpdir() .. "/" .. tag
 end
 
 local function parser()
@@ -153,6 +152,55 @@ function T.test_header_prints_flags_and_config()
   lu.assertStrContains(text, "hidden=32")
   lu.assertStrContains(text, "score=dot")
   lu.assertStrContains(text, "output " .. d)
+end
+
+function T.test_shared_flags_have_defaults_help_and_integer_checks()
+  local p = experiment.parser("toy", "A toy.", {out = false})
+  experiment.add_flags(p, {batch = 32, lr = 0.1, beam = {4, "beam width here"}, load = false})
+  experiment.int_flags(p, {width = 2})
+  p:option("--width", "a width", "3"):convert(tonumber)
+  local a = experiment.parse(p, {}, {raise = true})
+  lu.assertEquals({a.batch, a.lr, a.beam, a.width}, {32, 0.1, 4, 3})
+  lu.assertNil(a.load)
+  lu.assertNil(a.out)                                    -- out = false: the script names it
+  lu.assertEquals(math.type(experiment.parse(p, {"--batch", "8"}, {raise = true}).batch), "integer")
+  lu.assertStrContains(p:get_help(), "beam width here")
+  for _, argv in ipairs({{"--batch", "0"}, {"--beam", "2.5"}, {"--width", "1"}}) do
+    local ok, err = pcall(experiment.parse, p, argv, {raise = true})
+    lu.assertFalse(ok, argv[1])
+    lu.assertStrContains(tostring(err), argv[1] .. " must be an integer >= ")
+  end
+  local ok, err = pcall(experiment.add_flags, p, {hiden = 3})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "unknown flag 'hiden'")
+end
+
+function T.test_int_list_reads_comma_separated_integers()
+  local p = experiment.parser("toy", "A toy.")
+  lu.assertEquals(experiment.int_list(p, "--sizes", "5, 10,50", 1), {5, 10, 50})
+  lu.assertEquals(experiment.int_list(p, "--sizes", nil, 1), {})
+end
+
+function T.test_report_page_has_summary_curves_tables_pictures_and_flags()
+  local d = tmpdir("report")
+  local run = experiment.start(parse({"--out", d}), {name = "toy", quiet = true})
+  glimpse.image.save(d .. "/map.png", glimpse.rand(3, 8, 8))
+  local history = {losses = {{step = 10, loss = 2}, {step = 20, loss = 1}},
+                   evals = {{step = 10, accuracy = 0.25}, {step = 20, accuracy = 0.5}}}
+  local path = run:write_report{title = "toy <report>", summary = {accuracy = 0.5, task = "copy"},
+                                history = history, charts = {"accuracy"}, images = {"map.png"},
+                                tables = {{caption = "per length", rows = {{"length", "bits"}, {5, 0.25}}}}}
+  lu.assertEquals(path, d .. "/index.html")
+  local html = util.read_text(path)
+  lu.assertStrContains(html, "toy &lt;report&gt;")
+  lu.assertStrContains(html, "Training loss")
+  lu.assertEquals(select(2, html:gsub("<svg", "")), 2)   -- the loss curve and the accuracy chart
+  lu.assertStrContains(html, "per length")
+  lu.assertStrContains(html, 'src="map.png"')
+  lu.assertStrContains(html, "hidden")                   -- the flags table
+  local ok, err = pcall(run.write_report, run, "x")
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "run:write_report: expected an options table")
 end
 
 return T

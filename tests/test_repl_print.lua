@@ -10,30 +10,8 @@ local help = require "glimpse.repl_help"
 
 local T = {}
 
-local function sh_quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. sh_quote(d)))
-  return d
-end
-
-local function read_file(p)
-  local f = io.open(p, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(p, s)
-  local f = assert(io.open(p, "wb"))
-  f:write(s)
-  f:close()
-end
+local H = require "tests.helpers"
+local sh_quote, tmpdir, read_file, write_file = H.sh_quote, H.tmpdir, H.read_file, H.write_file
 
 local EXE = arg and arg[-1]
 

@@ -1,12 +1,11 @@
 -- tests/test_report.lua -- glimpse.report: the HTML it writes (escaping, number formats,
 -- tables, charts), and the page as a browser shows it: headless Chromium (Debian package
 -- chromium) loads a report with a table, a strip of wide pictures, a 2000 px picture and a
--- chart at a 1280 px window, and a script added by this test records whether every picture
--- loaded (naturalWidth > 0) and whether the page is wider than the window.  Without
+-- chart at a 1280 px window, and a script added by tests/helpers' browser_check records
+-- whether every picture loaded (naturalWidth > 0) and whether the page is wider than the window.  Without
 -- chromium the browser test fails under CI=true and is skipped (with a message) elsewhere.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
-local H = require "tests.helpers"
 local report = glimpse.report
 local util = glimpse.util
 
@@ -14,11 +13,9 @@ local T = {}
 
 local WINDOW = 1280
 
-local function tmpdir(tag)
-  local d = string.format("/tmp/glimpse-test-report-%d-%s", util.pid(), tag)
-  os.execute("rm -rf " .. util.shell_quote(d))
-  util.mkdir_p(d)
-  return d
+-- an empty temporary directory (tests/helpers removes it after the suite)
+local function tmpdir()
+  return require("tests.helpers").tmpdir()
 end
 
 local function count(s, pat)
@@ -116,28 +113,16 @@ local function write_page(d)
   for s = 1, 50 do a[s] = {s * 10, 2 / s} b[s] = {s * 10, 1.5 / s + 0.1} end
   page:chart({{name = "train", points = a}, {name = "valid", points = b}},
              {title = "learning curve", xlabel = "step", ylabel = "loss", width = 1600})
-  page:html(H.BROWSER_CHECK)
   return page:write(d .. "/index.html")
 end
 
 function T.test_page_in_headless_chromium_loads_every_image_and_fits_1280px()
-  local chromium = H.find_chromium()
-  if not chromium then
-    if os.getenv("CI") == "true" then
-      lu.fail("chromium is not installed (Debian package chromium; make test installs it)")
-    end
-    lu.skip("chromium is not installed (Debian package chromium): browser check skipped")
-  end
-  local d = tmpdir("browser")
-  local page = write_page(d)
-  local line, err = H.browser_check(chromium, page, WINDOW, d)
-  lu.assertNotNil(line, "no check line in the DOM; chromium said: " .. tostring(err))
-  local images = tonumber(line:match("images=(%d+)"))
-  lu.assertEquals(images, 7, line)
-  lu.assertEquals(tonumber(line:match("broken=(%d+)")), 0, line)
-  lu.assertEquals(tonumber(line:match("innerWidth=(%d+)")), WINDOW, line)
-  lu.assertTrue(tonumber(line:match(" scrollWidth=(%d+)")) <= WINDOW, line)
-  lu.assertTrue(tonumber(line:match("bodyScrollWidth=(%d+)")) <= WINDOW, line)
+  local r = require("tests.helpers").browser_check(write_page(tmpdir()), WINDOW)
+  lu.assertEquals(r.images, 7, r.line)
+  lu.assertEquals(r.broken, 0, r.line)
+  lu.assertEquals(r.inner, WINDOW, r.line)
+  lu.assertTrue(r.scroll <= WINDOW, r.line)
+  lu.assertTrue(r.body <= WINDOW, r.line)
 end
 
 return T

@@ -1,6 +1,7 @@
--- tests/test_scripts.lua -- the experiment scripts scripts/pointer.lua and
--- scripts/ntm_copy.lua run end to end on tiny settings (a few training steps, tiny models)
--- and write their results JSON and pictures; and the helpers they rely on:
+-- tests/test_scripts.lua -- the experiment scripts (seq2seq, pointer, ntm_copy,
+-- fashion_mnist, demo) run end to end on tiny settings (a few training steps, tiny models)
+-- and write their results JSON, run.json, index.html and pictures; and the helpers they
+-- rely on:
 -- glimpse.planar (tour validity, polygon areas, simple polygons, hull area coverage) and
 -- glimpse.draw (line, disc and rectangle drawing).  The scripts run in a fresh process of
 -- the executable running this suite, from the repository root.
@@ -10,6 +11,7 @@ local planar = require "glimpse.planar"
 local draw = require "glimpse.draw"
 local points = require "datasets.points"
 local util = glimpse.util
+local H = require "tests.helpers"
 
 local T = {}
 
@@ -23,9 +25,7 @@ local DISC_AREA_TOL = 0.03      -- relative: anti-aliased coverage against pi r^
 local function exe() return arg and arg[-1] or "build/glimpse" end
 
 local function tmpdir(tag)
-  local d = string.format("/tmp/glimpse-test-scripts-%d-%s", util.pid(), tag)
-  os.execute("rm -rf " .. util.shell_quote(d))
-  return d
+  return H.tmpdir() .. "/" .. tag
 end
 
 -- run a script with flags; returns ok (exit status 0), the output
@@ -41,6 +41,81 @@ local function assert_png(path)
   lu.assertTrue(util.exists(path), "missing " .. path)
   local info = glimpse.image.info(path)
   lu.assertTrue(info.width > 20 and info.height > 20, path .. " is too small")
+end
+
+-- a script run that must fail (a bad flag) with a message containing `text`
+local function assert_rejects(script, flags, text)
+  local ok, out = run(script, flags)
+  lu.assertFalse(ok, script .. " " .. flags .. " should fail")
+  lu.assertStrContains(out, text)
+end
+
+-- the files every experiment writes beside its own
+local function assert_run_files(d)
+  local r = util.read_json(d .. "/run.json")
+  lu.assertTrue(type(r.command) == "string" and r.machine ~= nil, "run.json lacks command/machine")
+  local html = H.read_file(d .. "/index.html")
+  lu.assertNotNil(html, "missing " .. d .. "/index.html")
+  lu.assertStrContains(html, "</html>")
+end
+
+function T.test_seq2seq_smoke_run_writes_accuracy_maps_and_samples()
+  local d = tmpdir("s2s")
+  local ok, out = run("scripts/seq2seq.lua", "--steps 4 --eval-every 2 --train 64 --valid 8 "
+                      .. "--max-len 6 --batch 8 --emb 8 --hidden 16 --attn-hidden 8 --beam 2 "
+                      .. "--maps 2 --score general --out " .. d)
+  lu.assertTrue(ok, out)
+  local m = util.read_json(d .. "/metrics.json")
+  lu.assertEquals(m.score, "general")
+  lu.assertEquals(math.tointeger(m.steps), 4)
+  lu.assertEquals(#m.history, 2)                      -- validations at steps 2 and 4
+  lu.assertTrue(m.accuracy >= 0 and m.accuracy <= 1)
+  lu.assertTrue(m.accuracy_beam >= 0 and m.accuracy_beam <= 1)
+  lu.assertEquals(math.tointeger(m.beam), 2)
+  lu.assertStrContains(out, "final: exact-sequence accuracy")
+  assert_png(d .. "/alignment_1.png")
+  assert_png(d .. "/alignment_2.png")
+  lu.assertTrue(util.exists(d .. "/alignment_1.svg"))
+  local samples = H.read_file(d .. "/samples.txt")
+  lu.assertEquals(select(2, samples:gsub("\n", "")), 2)
+  lu.assertStrContains(samples, " -> ")
+  assert_run_files(d)
+end
+
+function T.test_seq2seq_rejects_an_unknown_score()
+  assert_rejects("scripts/seq2seq.lua", "--score nope --steps 1", "'--score' must be one of")
+end
+
+function T.test_fashion_mnist_smoke_run_writes_results_and_a_model()
+  local d = tmpdir("fm")
+  local ok, out = run("scripts/fashion_mnist.lua", "--epochs 2 --limit 64 --test-limit 50 --batch 32 "
+                      .. "--channels 2,4 --hidden 8 --threads 1 --out " .. d)
+  lu.assertTrue(ok, out)
+  local r = util.read_json(d .. "/results.json")
+  lu.assertEquals(math.tointeger(r.steps), 4)          -- 2 epochs of 2 batches
+  lu.assertEquals(#r.history, 2)                      -- a test after each epoch
+  lu.assertTrue(r.test_accuracy >= 0 and r.test_accuracy <= 1)
+  lu.assertEquals(r.config.channels, {2, 4})
+  local sd = glimpse.load(d .. "/model.safetensors")
+  lu.assertNotNil(sd["1.weight"])
+  lu.assertStrContains(out, "final test accuracy")
+  assert_run_files(d)
+end
+
+function T.test_demo_writes_its_maps_and_a_page_that_loads_them_within_1280px()
+  local d = tmpdir("demo")
+  local ok, out = run("scripts/demo.lua", "--steps 3 --eval-every 3 --out " .. d)
+  lu.assertTrue(ok, out)
+  lu.assertStrContains(out, "beam search (beam 3)")
+  local m = util.read_json(d .. "/metrics.json")
+  lu.assertEquals(math.tointeger(m.steps), 3)
+  lu.assertTrue(m.accuracy >= 0 and m.accuracy_beam <= 1)
+  assert_png(d .. "/alignment_4.png")
+  assert_run_files(d)
+  local r = H.browser_check(d .. "/index.html", 1280)   -- skipped without chromium
+  lu.assertEquals(r.images, 4, r.line)
+  lu.assertEquals(r.broken, 0, r.line)
+  lu.assertTrue(r.scroll <= 1280 and r.body <= 1280, r.line)
 end
 
 local TINY = "--steps 6 --epoch-steps 3 --batch 16 --emb 16 --hidden 16 --valid 8 --test 8 "
@@ -62,7 +137,7 @@ function T.test_pointer_tsp_smoke_run_writes_metrics_and_valid_tours()
   lu.assertTrue(t.beam.tour_length >= t.beam.optimal_length - 1e-6)
   assert_png(d .. "/instance_1.png")
   assert_png(d .. "/attention_1.png")
-  lu.assertTrue(util.exists(d .. "/run.json"))
+  assert_run_files(d)
   -- the saved model, reloaded without training, decodes the same test set the same way
   local d2 = d .. "-reload"
   ok, out = run("scripts/pointer.lua", TINY .. " --task tsp --n 5 --train 64 --steps 0 --load "
@@ -72,7 +147,6 @@ function T.test_pointer_tsp_smoke_run_writes_metrics_and_valid_tours()
   lu.assertEquals(math.tointeger(m2.steps), 0)
   lu.assertAlmostEquals(m2.tests[1].greedy.tour_length, t.greedy.tour_length, 1e-12)
   lu.assertAlmostEquals(m2.tests[1].beam.tour_length, t.beam.tour_length, 1e-12)
-  os.execute("rm -rf " .. util.shell_quote(d) .. " " .. util.shell_quote(d2))
 end
 
 function T.test_pointer_hull_mixed_sizes_reports_coverage_per_test_size()
@@ -92,7 +166,6 @@ function T.test_pointer_hull_mixed_sizes_reports_coverage_per_test_size()
     end
   end
   assert_png(d .. "/instance_1.png")
-  os.execute("rm -rf " .. util.shell_quote(d))
 end
 
 function T.test_pointer_sort_paper_recipe_runs()
@@ -102,16 +175,12 @@ function T.test_pointer_sort_paper_recipe_runs()
   local m = util.read_json(d .. "/metrics.json")
   lu.assertEquals(m.optimiser, "sgd-paper")
   lu.assertTrue(out:find("SGD lr 1", 1, true) ~= nil, out)
-  os.execute("rm -rf " .. util.shell_quote(d))
 end
 
 function T.test_pointer_bad_flags_give_a_clear_error()
-  local ok, out = run("scripts/pointer.lua", "--task tsp --n 20")
-  lu.assertFalse(ok)
-  lu.assertStrContains(out, "Held-Karp")
-  ok, out = run("scripts/pointer.lua", "--task hull --n 2")
-  lu.assertFalse(ok)
-  lu.assertStrContains(out, "at least 3 points")
+  assert_rejects("scripts/pointer.lua", "--task tsp --n 20", "Held-Karp")
+  assert_rejects("scripts/pointer.lua", "--task hull --n 2", "at least 3 points")
+  assert_rejects("scripts/pointer.lua", "--test-n 5,x", "--test-n must list integers")
 end
 
 function T.test_ntm_copy_smoke_run_writes_metrics_and_weightings()
@@ -131,6 +200,7 @@ function T.test_ntm_copy_smoke_run_writes_metrics_and_weightings()
   assert_png(d .. "/copy_len6.png")
   assert_png(d .. "/write_weights_len6.png")
   assert_png(d .. "/read_weights_len6.png")
+  assert_run_files(d)
   -- reloading the saved model and evaluating only gives the same bit errors
   local d2 = d .. "-reload"
   ok, out = run("scripts/ntm_copy.lua",
@@ -141,7 +211,6 @@ function T.test_ntm_copy_smoke_run_writes_metrics_and_weightings()
   for k = 1, 2 do
     lu.assertEquals(m2.tests[k].bit_errors_per_sequence, m.tests[k].bit_errors_per_sequence)
   end
-  os.execute("rm -rf " .. util.shell_quote(d) .. " " .. util.shell_quote(d2))
 end
 
 function T.test_ntm_copy_lstm_baseline_runs()
@@ -155,13 +224,11 @@ function T.test_ntm_copy_lstm_baseline_runs()
   lu.assertEquals(m.optimiser, "adam")
   assert_png(d .. "/copy_len5.png")
   lu.assertFalse(util.exists(d .. "/write_weights_len5.png"))
-  os.execute("rm -rf " .. util.shell_quote(d))
 end
 
 function T.test_ntm_copy_rejects_tests_longer_than_memory()
-  local ok, out = run("scripts/ntm_copy.lua", "--memory 10 --test-lens 20 --steps 1")
-  lu.assertFalse(ok)
-  lu.assertStrContains(out, "does not fit 10 memory slots")
+  assert_rejects("scripts/ntm_copy.lua", "--memory 10 --test-lens 20 --steps 1",
+                 "does not fit 10 memory slots")
 end
 
 -- ---------------------------------------------------------------------------------------

@@ -15,11 +15,9 @@ local EMA_TOL = 1e-12
 local CLIP_TOL = 1e-5
 local LR_TOL = 1e-15
 
-local function tmpdir(tag)
-  local d = string.format("/tmp/glimpse-test-train-%d-%s", util.pid(), tag)
-  os.execute("rm -rf " .. util.shell_quote(d))
-  util.mkdir_p(d)
-  return d
+-- an empty temporary directory (tests/helpers removes it after the suite)
+local function tmpdir()
+  return require("tests.helpers").tmpdir()
 end
 
 -- y = sum(x) regression, with dropout so the global RNG matters for resume

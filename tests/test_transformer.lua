@@ -8,6 +8,7 @@
 -- names equal to PyTorch's, and properties (padding and future positions do not leak, the
 -- mask path equals the fused one, dropout only in training).
 local lu = require "luaunit"
+local H = require "tests.helpers"
 local glimpse = require "glimpse"
 
 local nn = glimpse.nn
@@ -33,22 +34,13 @@ local DECODER_KEYS = {"self_attn.in_proj_weight", "self_attn.in_proj_bias",
 -- ---------------------------------------------------------------------------------------
 -- helpers
 
-local function shape(t) return table.concat(t.shape, "x") end
-
 -- max |a - b| <= rtol * max(1, max |b|)
 local function assert_close(a, b, rtol, what)
-  lu.assertEquals(shape(a), shape(b), what .. ": shapes differ")
-  local d = glimpse.no_grad(function() return (a:detach() - b):abs():max():item() end)
-  local s = glimpse.no_grad(function() return b:abs():max():item() end)
-  if d > rtol * math.max(1, s) then
-    lu.fail(string.format("%s: max difference %.3g (scale %.3g, rtol %g)", what, d, s, rtol))
-  end
+  H.assert_close(a, b, {rtol = rtol, floor = 1}, what)
 end
 
 local function gradcheck(fn, inputs, what)
-  local ok, msg = glimpse.gradcheck(fn, inputs, {eps = GC.eps, atol = GC.atol, rtol = GC.rtol,
-                                                 raise = false})
-  if not ok then lu.fail(what .. ": " .. tostring(msg)) end
+  H.gradcheck(fn, inputs, {eps = GC.eps, atol = GC.atol, rtol = GC.rtol}, what)
 end
 
 local function leaf(...) return glimpse.randn(...):requires_grad() end

@@ -31,20 +31,50 @@ local LOG_EPS = 1e-12
 -- what pointer_logits adds to the logits of positions that may not be chosen
 local NEG_BIG = 1e9
 
-local function as_tensor(x)
-  if x == nil or glimpse.is_tensor(x) then return x end
-  return glimpse.tensor(x)
+-- Call f (a C primitive or a core op) on behalf of the public function fname: an error it
+-- raises is re-raised at fname's caller, prefixed with fname ("attention.attend: bad argument
+-- #1 to 'context' ..."), so the message names what the user called.  Two results at most.
+local function named(fname, f, ...)
+  local ok, a, b = pcall(f, ...)
+  if ok then return a, b end
+  local msg = tostring(a):gsub("^[^\n]-%.lua:%d+: ", "")
+  if msg:find("to '?'", 1, true) then   -- an argument error: the C function has no name here
+    msg = msg:gsub("to '%?'", "to '" .. fname .. "'", 1)
+  else
+    msg = fname .. ": " .. msg
+  end
+  error(msg, 3)
 end
 
-local function check_tensor(x, what, dims, level)
+-- a mask (or prior) given as a tensor, a nested table or nil
+local function as_tensor(x, fname)
+  if x == nil or glimpse.is_tensor(x) then return x end
+  if type(x) ~= "table" then
+    error(string.format("%s: a mask must be a tensor, a table or nil, got %s",
+                        fname or "attention", type(x)), 3)
+  end
+  return named(fname or "attention", glimpse.tensor, x)
+end
+
+-- x must be a tensor (of `dims` dims when given); fname names the public function
+local function check_tensor(x, what, dims, level, fname)
+  fname = fname or "attention"
   if not glimpse.is_tensor(x) then
-    error(string.format("attention: %s must be a tensor, got %s", what, type(x)), level + 1)
+    error(string.format("%s: %s must be a tensor, got %s", fname, what, type(x)), level + 1)
   end
   if dims and x:dim() ~= dims then
-    error(string.format("attention: %s must have %d dims, got shape {%s}", what, dims,
+    error(string.format("%s: %s must have %d dims, got shape {%s}", fname, what, dims,
                         table.concat(x.shape, ",")), level + 1)
   end
   return x
+end
+
+-- opts must be a table or nil
+local function check_opts(opts, fname, level)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(string.format("%s: opts must be a table or nil, got %s", fname, type(opts)), level + 1)
+  end
+  return opts
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -55,20 +85,21 @@ end
 -- "sigmoid" (alpha = sig(e) / sum sig(e), the smoothing of Chorowski et al. 2015).
 -- Masked positions get exactly 0; a fully masked row is all zeros.
 function M.masked_softmax(e, mask, opts)
-  check_tensor(e, "scores", nil, 2)
-  mask = as_tensor(mask)
+  check_tensor(e, "scores", nil, 2, "attention.masked_softmax")
+  check_opts(opts, "attention.masked_softmax", 2)
+  mask = as_tensor(mask, "attention.masked_softmax")
   local T = opts and opts.temperature or 1
   if T ~= 1 then e = e / T end
   local norm = opts and opts.normaliser or "softmax"
   if norm == "sigmoid" then
     local s = e:sigmoid()
-    if mask then s = s * mask end
+    if mask then s = named("attention.masked_softmax", glimpse.mul, s, mask) end
     return s / (s:sum(-1, true) + 1e-30)
   elseif norm ~= "softmax" then
     error("attention.masked_softmax: normaliser must be \"softmax\" or \"sigmoid\", got " ..
           tostring(norm), 2)
   end
-  return glimpse.softmax(e, -1, mask)
+  return named("attention.masked_softmax", glimpse.softmax, e, -1, mask)
 end
 
 --- attention.sharpen(w (B,N) >= 0, gamma (B) tensor or number >= 1) -> w^gamma / sum w^gamma
@@ -80,6 +111,8 @@ end
 
 --- attention.context(alpha (B,L), values (B,L,Dv)) -> ctx (B,Dv) = sum_l alpha_l values_l
 function M.context(alpha, values)
+  check_tensor(alpha, "alpha (B,L)", 2, 2, "attention.context")
+  check_tensor(values, "values (B,L,Dv)", 3, 2, "attention.context")
   local B, L = alpha.shape[1], alpha.shape[2]
   return alpha:reshape(B, 1, L):matmul(values):reshape(B, values.shape[3])
 end
@@ -93,37 +126,48 @@ end
 -- e_bl = v . tanh(wq_b + uk_bl): Bahdanau's score with the query (wq = W q + b) and the keys
 -- (uk = U k, once per sequence) already projected.
 function M.additive(wq, uk, v, values, mask, opts)
-  return C.additive(wq, uk, v, values, as_tensor(mask), opts and opts.prior, opts)
+  check_opts(opts, "attention.additive", 2)
+  return named("attention.additive", C.additive, wq, uk, v, values,
+               as_tensor(mask, "attention.additive"), opts and opts.prior, opts)
 end
 
 --- attention.dot(q (B,D), keys (B,L,D), values (B,L,Dv), mask, opts) -> ctx, alpha
 -- e_bl = scale * q_b . k_bl with opts.scale (default 1).
 function M.dot(q, keys, values, mask, opts)
-  return C.dot(q, keys, values, as_tensor(mask), opts and opts.prior, opts and opts.scale or 1,
-               opts)
+  check_opts(opts, "attention.dot", 2)
+  return named("attention.dot", C.dot, q, keys, values, as_tensor(mask, "attention.dot"),
+               opts and opts.prior, opts and opts.scale or 1, opts)
 end
 
 --- attention.scaled_dot(q (B,D), keys (B,L,D), values, mask, opts) -> ctx, alpha
 -- e_bl = q_b . k_bl / sqrt(D) (Vaswani et al. 2017).
 function M.scaled_dot(q, keys, values, mask, opts)
-  return C.dot(q, keys, values, as_tensor(mask), opts and opts.prior,
+  check_tensor(keys, "keys (B,L,D)", 3, 2, "attention.scaled_dot")
+  check_opts(opts, "attention.scaled_dot", 2)
+  return named("attention.scaled_dot", C.dot, q, keys, values,
+               as_tensor(mask, "attention.scaled_dot"), opts and opts.prior,
                1 / math.sqrt(keys.shape[3]), opts)
 end
 
 --- attention.attend(e (B,L), values (B,L,Dv), mask, opts) -> ctx, alpha
 -- The normalise-and-read tail alone, for scores computed any other way.
 function M.attend(e, values, mask, opts)
-  return C.context(e, values, as_tensor(mask), opts and opts.prior, opts)
+  check_opts(opts, "attention.attend", 2)
+  return named("attention.attend", C.context, e, values, as_tensor(mask, "attention.attend"),
+               opts and opts.prior, opts)
 end
 
 --- attention.additive_scores(wq (B,H), uk (B,L,H), v (H)) -> e (B,L), fused, unnormalised.
-function M.additive_scores(wq, uk, v) return C.additive_scores(wq, uk, v) end
+function M.additive_scores(wq, uk, v)
+  return named("attention.additive_scores", C.additive_scores, wq, uk, v)
+end
 
 --- attention.cosine_scores(k (B,D), mem (B,N,D), beta (B) tensor, number or nil) -> (B,N)
 -- e_bn = beta_b cos(k_b, mem_bn) (NTM content addressing before its softmax).
 function M.cosine_scores(k, mem, beta)
+  check_tensor(k, "k (B,D)", 2, 2, "attention.cosine_scores")
   if type(beta) == "number" then beta = glimpse.full({k.shape[1]}, beta) end
-  return C.cosine(k, mem, beta)
+  return named("attention.cosine_scores", C.cosine, k, mem, beta)
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -321,6 +365,11 @@ end
 --- attention.predict_position(q (B,Dq), Wp (H,Dq), vp (H), lengths (B) tensor) -> p (B)
 -- local-p: p_t = S * sigmoid(vp^T tanh(Wp q)), S the source length of each row.
 function M.predict_position(q, Wp, vp, lengths)
+  local fname = "attention.predict_position"
+  check_tensor(q, "q (B,Dq)", 2, 2, fname)
+  check_tensor(Wp, "Wp (H,Dq)", 2, 2, fname)
+  check_tensor(vp, "vp (H)", 1, 2, fname)
+  check_tensor(lengths, "lengths (B)", nil, 2, fname)
   local H = vp.shape[1]
   local s = glimpse.linear(glimpse.linear(q, Wp):tanh(), vp:reshape(1, H)):sigmoid()
   return s:reshape(q.shape[1]) * lengths
@@ -328,8 +377,17 @@ end
 
 --- attention.lengths(mask (B,L) or nil, B, L) -> (B) tensor of row lengths
 function M.lengths(mask, B, L)
-  mask = as_tensor(mask)
-  if not mask then return glimpse.full({B}, L) end
+  mask = as_tensor(mask, "attention.lengths")
+  if mask and mask:dim() ~= 2 then
+    error("attention.lengths: mask must be (B,L), got shape [" .. table.concat(mask.shape, ",")
+          .. "]", 2)
+  end
+  if not mask then
+    if math.type(B) ~= "integer" or B < 0 or type(L) ~= "number" then
+      error("attention.lengths: without a mask, B (an integer) and L (a number) are needed", 2)
+    end
+    return glimpse.full({B}, L)
+  end
   return glimpse.no_grad(function() return mask:detach():sum(2) end)
 end
 
@@ -361,6 +419,7 @@ end
 
 --- attention.entropy(alpha (B,L)) -> H (B) = -sum_l alpha_l log alpha_l (differentiable)
 function M.entropy(alpha)
+  check_tensor(alpha, "alpha (B,L)", 2, 2, "attention.entropy")
   return -(alpha * (alpha + LOG_EPS):log()):sum(2)
 end
 
@@ -369,7 +428,9 @@ end
 -- annotation values_(b,s_b), the 1-based positions, log alpha_(b,s_b) (differentiable: the
 -- REINFORCE term's d log p(s)) and the entropy of alpha (for the entropy bonus).
 function M.sample(alpha, values, opts)
-  check_tensor(alpha, "alpha", 2, 2)
+  check_tensor(alpha, "alpha", 2, 2, "attention.sample")
+  check_tensor(values, "values (B,L,Dv)", 3, 2, "attention.sample")
+  check_opts(opts, "attention.sample", 2)
   local B, Dv = alpha.shape[1], values.shape[3]
   local idx = glimpse.no_grad(function()
     local a = alpha:detach()
@@ -404,7 +465,7 @@ Baseline.__index = Baseline
 -- b.value is nil until the first update, which sets it to the first mean reward.
 function M.baseline(decay)
   decay = decay or 0.9
-  if decay < 0 or decay >= 1 then error("attention.baseline: decay must be in [0,1)", 2) end
+  if type(decay) ~= "number" or not (decay >= 0 and decay < 1) then error("attention.baseline: decay must be in [0,1)", 2) end
   return setmetatable({decay = decay, value = nil}, Baseline)
 end
 
@@ -429,8 +490,13 @@ end
 -- the total loss is mean(nll) + this surrogate.  info = {baseline = b used, advantage}.
 function M.reinforce_loss(reward, logp, opts)
   opts = opts or {}
-  check_tensor(reward, "reward", nil, 2)
-  check_tensor(logp, "logp", nil, 2)
+  check_tensor(reward, "reward", nil, 2, "attention.reinforce_loss")
+  check_tensor(logp, "logp", nil, 2, "attention.reinforce_loss")
+  if reward:numel() ~= logp:numel() then
+    error(string.format("attention.reinforce_loss: reward [%s] and logp [%s] need the same "
+                        .. "number of elements", table.concat(reward.shape, ","),
+                        table.concat(logp.shape, ",")), 2)
+  end
   local r = reward:detach():reshape(logp:numel())
   local bl = opts.baseline
   local b = 0
@@ -461,9 +527,17 @@ end
 -- ---------------------------------------------------------------------------------------
 -- regularisers
 
-local function stack_alphas(alphas)
-  if glimpse.is_tensor(alphas) then return alphas end
-  return glimpse.stack(alphas, 2)   -- list of T (B,L) -> (B,T,L)
+local function stack_alphas(alphas, fname, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(string.format("%s: opts must be a table or nil, got %s", fname, type(opts)), 3)
+  end
+  if glimpse.is_tensor(alphas) and alphas:dim() == 3 then return alphas end
+  if type(alphas) ~= "table" or glimpse.is_tensor(alphas) or #alphas == 0 then
+    error(string.format("%s: alphas must be a (B,T,L) tensor or a non-empty list of (B,L) "
+                        .. "tensors, got %s", fname, glimpse.is_tensor(alphas) and
+                        ("shape [" .. table.concat(alphas.shape, ",") .. "]") or type(alphas)), 3)
+  end
+  return named(fname, glimpse.stack, alphas, 2)   -- list of T (B,L) -> (B,T,L)
 end
 
 --- attention.doubly_stochastic(alphas, opts) -> scalar
@@ -473,7 +547,7 @@ end
 -- (lambda, default 1).
 function M.doubly_stochastic(alphas, opts)
   opts = opts or {}
-  local a = stack_alphas(alphas)
+  local a = stack_alphas(alphas, "attention.doubly_stochastic", opts)
   local B, T, L = a.shape[1], a.shape[2], a.shape[3]
   local tm = as_tensor(opts.tgt_mask)
   if tm then a = a * tm:reshape(B, T, 1) end
@@ -486,7 +560,7 @@ end
 
 --- attention.coverage(alphas) -> (B,T,L): c_t = sum_{t' < t} alpha_t' (zeros at t = 1)
 function M.coverage(alphas)
-  local a = stack_alphas(alphas)
+  local a = stack_alphas(alphas, "attention.coverage", nil)
   local B, T, L = a.shape[1], a.shape[2], a.shape[3]
   local covs, c = {}, glimpse.zeros(B, L)
   for t = 1, T do
@@ -501,7 +575,7 @@ end
 -- batch; opts.tgt_mask (B,T) drops padded steps, opts.weight scales it.
 function M.coverage_penalty(alphas, opts)
   opts = opts or {}
-  local a = stack_alphas(alphas)
+  local a = stack_alphas(alphas, "attention.coverage_penalty", opts)
   local B, T = a.shape[1], a.shape[2]
   local tm = as_tensor(opts.tgt_mask)
   if tm then a = a * tm:reshape(B, T, 1) end
@@ -559,11 +633,13 @@ end
 -- Positions that are padding or already chosen get e - 1e9, so a softmax gives them exactly
 -- 0 and argmax/multinomial never picks them; feed the logits to glimpse.cross_entropy.
 function M.pointer_logits(e, mask, chosen)
-  mask, chosen = as_tensor(mask), as_tensor(chosen)
+  local fname = "attention.pointer_logits"
+  check_tensor(e, "e (B,L)", 2, 2, fname)
+  mask, chosen = as_tensor(mask, fname), as_tensor(chosen, fname)
   if not mask and not chosen then return e end
   local valid = mask or 1
-  if chosen then valid = (chosen * -1 + 1) * valid end
-  return e + (valid - 1) * NEG_BIG
+  if chosen then valid = named(fname, glimpse.mul, chosen * -1 + 1, valid) end
+  return named(fname, glimpse.add, e, (valid - 1) * NEG_BIG)
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -580,6 +656,9 @@ end
 
 --- ntm.interpolate(wc (B,N), w_prev (B,N), g (B) or (B,1) in [0,1]) -> g wc + (1 - g) w_prev
 function ntm.interpolate(wc, w_prev, g)
+  check_tensor(wc, "wc (B,N)", 2, 2, "attention.ntm.interpolate")
+  check_tensor(w_prev, "w_prev (B,N)", 2, 2, "attention.ntm.interpolate")
+  if type(g) ~= "number" then check_tensor(g, "g (B) or a number", nil, 2, "attention.ntm.interpolate") end
   if type(g) ~= "number" then g = g:reshape(wc.shape[1], 1) end
   return wc * g + w_prev * (1 - g)
 end
@@ -594,6 +673,9 @@ ntm.sharpen = M.sharpen
 --- ntm.address(p, memory, w_prev) -> w (B,N): content, interpolation, shift, sharpening
 -- p = {key (B,D), beta (B), g (B), s (B,S), gamma (B)}, usually produced by the controller.
 function ntm.address(p, memory, w_prev)
+  if type(p) ~= "table" then
+    error("attention.ntm.address: p must be a table {key, beta, g, s, gamma}, got " .. type(p), 2)
+  end
   local w = ntm.content(p.key, memory, p.beta)
   if w_prev then w = ntm.interpolate(w, w_prev, p.g) end
   if p.s then w = ntm.shift(w, p.s) end
@@ -607,6 +689,10 @@ ntm.read = M.context
 --- ntm.write(memory (B,N,D), w (B,N), erase (B,D) in [0,1], add (B,D)) -> memory' (B,N,D)
 -- M~_i = M_i * (1 - w_i e) (eq. 3), M'_i = M~_i + w_i a (eq. 4).
 function ntm.write(memory, w, erase, add)
+  check_tensor(memory, "memory (B,N,D)", 3, 2, "attention.ntm.write")
+  check_tensor(w, "w (B,N)", 2, 2, "attention.ntm.write")
+  if erase ~= nil then check_tensor(erase, "erase (B,D)", 2, 2, "attention.ntm.write") end
+  if add ~= nil then check_tensor(add, "add (B,D)", 2, 2, "attention.ntm.write") end
   local B, N, D = memory.shape[1], memory.shape[2], memory.shape[3]
   local wc = w:reshape(B, N, 1)
   local m = memory

@@ -56,12 +56,26 @@ local function call(f, ...)
   return res
 end
 
+-- call, with argument errors naming the public function instead of the hidden one
+local function call_as(name, f, ...)
+  local ok, res = pcall(f, ...)
+  if not ok then
+    res = tostring(res):gsub("^[^\n]-%.lua:%d+: ", ""):gsub("to 'glimpse%.[_%w]+'", "to '" .. name .. "'")
+    error(res, 3)
+  end
+  return res
+end
+
 --- data.read_idx(path, {first=1, limit=nil, scale=false, item_shape=nil}) -> tensor
 --- (count, dims 2..n of the file) of floats.  An IDX file (gzipped or plain), items
 --- first..first+limit-1 along dim 1.  scale=true divides u8 values by 255; item_shape
 --- reshapes each item (e.g. {1,28,28}).
 function M.read_idx(path, opts)
   if type(path) ~= "string" then error("read_idx: path expected", 2) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("data.read_idx: opts must be a table {first=, limit=, scale=, item_shape=} or nil, got "
+          .. type(opts), 2)
+  end
   opts = opts or {}
   return call(glimpse._read_idx, path, opts.first or 1, opts.limit,
               opts.scale and true or false, opts.item_shape)
@@ -82,7 +96,7 @@ end
 
 --- data.set_flat(t, pos, values) writes the Lua numbers values[1..] into t's flat elements
 --- pos.. (1-based, in place); data.get_flat(t [, pos=1 [, count]]) -> flat Lua table.
-function M.set_flat(t, pos, values) return call(glimpse._data_set, t, pos, values) end
-function M.get_flat(t, pos, count) return call(glimpse._data_get, t, pos, count) end
+function M.set_flat(t, pos, values) return call_as("data.set_flat", glimpse._data_set, t, pos, values) end
+function M.get_flat(t, pos, count) return call_as("data.get_flat", glimpse._data_get, t, pos, count) end
 
 return M

@@ -93,7 +93,10 @@ function M.reorder(state, idx, opts)
   opts = opts or {}
   local memo = keep_memo("decode.reorder", opts.keep, 2)
   local ok, r = pcall(reorder_value, state, idx, opts.rows, "state", memo, "decode.reorder")
-  if not ok then error(type(r) == "table" and r.decode_error or r, 2) end
+  if not ok then
+    if type(r) ~= "table" then r = "decode.reorder: " .. tostring(r):gsub("^[^\n]-%.lua:%d+: ", "") end
+    error(type(r) == "table" and r.decode_error or r, 2)
+  end
   return r
 end
 
@@ -483,6 +486,9 @@ local function better_hyp(a, b)
   return a.order < b.order
 end
 
+-- the widest beam decode.beam accepts (batch*beam rows of decoder state live at once)
+M.MAX_BEAM = 1024
+
 --- decode.beam(step, state, {beam=5, n_best=1, length_penalty=0, batch, start=2, stop=3,
 --                            max_len=100, min_len=0, logits=false, keep={}}) -> hyps
 -- Beam search over all B*beam hypotheses in one step call per time step.  At each step the
@@ -498,6 +504,10 @@ function M.beam(step, state, opts)
   local fname = "decode.beam"
   local c, o = common_opts(fname, step, state, opts)
   local K = positive_int(fname, o, "beam", 5, 2)
+  if K > M.MAX_BEAM then
+    error(string.format("decode.beam: opts.beam (%d) is larger than decode.MAX_BEAM (%d): the "
+                        .. "search keeps batch*beam rows of state", K, M.MAX_BEAM), 2)
+  end
   local n_best = positive_int(fname, o, "n_best", 1, 2)
   if n_best > K then
     error(string.format("decode.beam: opts.n_best (%d) cannot exceed opts.beam (%d)", n_best, K), 2)

@@ -17,6 +17,7 @@
 -- values replace the defaults, and flags given on the command line replace both.
 local glimpse = require "glimpse"
 local util = require "glimpse.util"
+local dist = require "glimpse.dist"
 
 local M = {}
 
@@ -41,10 +42,10 @@ local KNOWN_DEFAULTS = {seed = true, threads = true, steps = true, time_limit = 
 
 --- experiment.parser(name, description, defaults) -> an argparse parser with the common
 --- flags: --seed, --threads, --out, --quick, --steps, --time-limit, --config, --eval-every,
---- --log-every.  defaults: {seed=1, threads=1, steps=1000, time_limit=3600, eval_every=250,
---- log_every=50, out="out/<name>", quick={flag = value, ...}} where `quick` holds the
---- values --quick puts in place (unless given on the command line).  Add the script's own
---- options to the parser, then call experiment.parse(parser).
+--- --log-every, --distributed.  defaults: {seed=1, threads=1, steps=1000, time_limit=3600,
+--- eval_every=250, log_every=50, out="out/<name>", quick={flag = value, ...}} where `quick`
+--- holds the values --quick puts in place (unless given on the command line).  Add the
+--- script's own options to the parser, then call experiment.parse(parser).
 function M.parser(name, description, defaults)
   if type(name) ~= "string" or name == "" then
     fail(2, "experiment.parser: name must be a non-empty string, got %s", tostring(name))
@@ -73,11 +74,75 @@ function M.parser(name, description, defaults)
     if d == nil then d = DEFAULTS[key] end
     parser:option(c[1], c[2], tostring(d)):convert(tonumber)
   end
-  parser:option("--out", "output folder", defaults.out or ("out/" .. name))
+  local out_default = defaults.out
+  if out_default == nil then out_default = "out/" .. name end
+  parser:option("--out", "output folder" .. (out_default and "" or " (default: made from the flags)"),
+                out_default or nil)
   parser:flag("--quick", "a short run (a demo or a smoke test)")
+  parser:flag("--distributed", "data-parallel training over the ranks of mpirun or srun "
+              .. "(docs/distributed.md)")
   parser:option("--config", "a Lua file returning a table of flag values ({lr = 0.01, ...})")
   rawset(parser, "_glimpse_quick", defaults.quick or {})
   rawset(parser, "_glimpse_name", name)
+  rawset(parser, "_glimpse_ints", {})
+  return parser
+end
+
+-- the flags several experiments share: key -> flag, help, kind ("int" >= 1, "int0" >= 0,
+-- "number", "string")
+local SHARED = {
+  batch = {"--batch", "batch size", "int"},
+  emb = {"--emb", "embedding size", "int"},
+  hidden = {"--hidden", "hidden size", "int"},
+  attn_hidden = {"--attn-hidden", "attention hidden size", "int"},
+  layers = {"--layers", "recurrent layers", "int"},
+  lr = {"--lr", "learning rate", "number"},
+  clip = {"--clip", "gradient clip", "number"},
+  beam = {"--beam", "beam width of the final decoding (1: greedy only)", "int"},
+  load = {"--load", "start from a model.safetensors this script wrote (--steps 0: evaluate only)",
+          "string"},
+}
+local SHARED_ORDER = {"batch", "emb", "hidden", "attn_hidden", "layers", "lr", "clip", "beam",
+                      "load"}
+
+--- experiment.add_flags(parser, values) -> parser: adds the flags experiments share, those
+--- named in values: batch, emb, hidden, attn_hidden, layers, beam (positive integers), lr,
+--- clip (numbers), load (a path).  values[key] is the default, false for none, or a table
+--- {default, help} that replaces the standard help text.  experiment.parse checks the
+--- integer ones.
+function M.add_flags(parser, values)
+  if type(parser) ~= "table" or rawget(parser, "_glimpse_ints") == nil then
+    fail(2, "experiment.add_flags: expected a parser from experiment.parser")
+  end
+  if type(values) ~= "table" then fail(2, "experiment.add_flags: values must be a table") end
+  for k in pairs(values) do
+    if not SHARED[k] then
+      fail(2, "experiment.add_flags: unknown flag '%s' (known: %s)", tostring(k),
+           table.concat(SHARED_ORDER, ", "))
+    end
+  end
+  for _, key in ipairs(SHARED_ORDER) do
+    local v = values[key]
+    if v ~= nil then
+      local flag, help, kind = table.unpack(SHARED[key])
+      if type(v) == "table" then v, help = v[1], v[2] or help end
+      local o = parser:option(flag, help, v ~= false and v ~= nil and tostring(v) or nil)
+      if kind ~= "string" then o:convert(tonumber) end
+      if kind == "int" then parser._glimpse_ints[key] = {flag, 1} end
+    end
+  end
+  return parser
+end
+
+--- experiment.int_flags(parser, {key = lower bound, ...}) -> parser: experiment.parse checks
+--- that these flags (keys with underscores) are integers >= their bound (when given).
+function M.int_flags(parser, bounds)
+  if type(parser) ~= "table" or rawget(parser, "_glimpse_ints") == nil then
+    fail(2, "experiment.int_flags: expected a parser from experiment.parser")
+  end
+  for k, lo in pairs(bounds) do
+    parser._glimpse_ints[k] = {"--" .. k:gsub("_", "-"), lo}
+  end
   return parser
 end
 
@@ -157,7 +222,33 @@ function M.parse(parser, argv, opts)
                                                tostring(v)))
     end
   end
+  for key, c in pairs(rawget(parser, "_glimpse_ints") or {}) do
+    local v = args[key]
+    if v ~= nil then
+      if type(v) == "number" and v % 1 == 0 then v = math.tointeger(v) end
+      if math.type(v) ~= "integer" or v < c[2] then
+        parse_error(parser, raise, string.format("%s must be an integer >= %d, got %s", c[1], c[2],
+                                                 tostring(args[key])))
+      end
+      args[key] = v
+    end
+  end
   return args
+end
+
+--- experiment.int_list(parser, flag, text, lo) -> a list of integers >= lo from a
+--- comma-separated flag value (nil or "" gives {}); anything else is the parser's error
+--- naming the flag.
+function M.int_list(parser, flag, text, lo)
+  local out = {}
+  for s in tostring(text or ""):gmatch("[^,%s]+") do
+    local v = math.tointeger(tonumber(s))
+    if not v or v < lo then
+      parser:error(string.format("%s must list integers >= %d, got %s", flag, lo, text))
+    end
+    out[#out + 1] = v
+  end
+  return out
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -256,11 +347,12 @@ function M.start(args, opts)
     else fail(2, "experiment.start: args.seed must be an integer, got %s", tostring(seed)) end
   end
   glimpse.manual_seed(seed)
+  if args.distributed then dist.init() end       -- rank 0 alone prints and writes
   if args.threads and args.threads > 0 then glimpse.set_num_threads(math.tointeger(args.threads)) end
   local dir = args.out or opts.out or ("out/" .. name)
   util.mkdir_p(dir)
   local run = setmetatable({name = name, args = args, config = opts.config or {}, dir = dir,
-                            seed = seed, quiet = opts.quiet or false,
+                            seed = seed, quiet = opts.quiet or not dist.is_root(),
                             started = os.date("!%Y-%m-%dT%H:%M:%SZ"),
                             timer = util.Timer()}, Run)
   run:print(string.format("%s: %s", name, pairs_text(plain(args))))
@@ -320,6 +412,7 @@ function Run:trainer_options(extra)
   local o = {seed = self.seed, steps = a.steps, time_limit = a.time_limit,
              log_every = a.log_every}
   extra = extra or {}
+  if a.distributed then o.distributed = true end
   if extra.evaluate then o.eval_every = a.eval_every end
   for k, v in pairs(extra) do o[k] = v end
   return o
@@ -345,20 +438,78 @@ function Run:write_run_json(extra)
                blas = {core = m.blas.core, threads = m.blas.threads},
                machine = {cpu = m.cpu, cores = m.cores, loadavg = m.loadavg, blas = m.blas},
                started = self.started, seed = self.seed, params = self.params}
+  if self.args.distributed then doc.ranks = dist.size() end
   for k, v in pairs(extra or {}) do doc[k] = v end
+  if not dist.is_root() then return self:path("run.json") end
   return util.write_json(self:path("run.json"), doc, {indent = 2})
 end
 
---- run:write_metrics(tbl) writes tbl to <out>/metrics.json atomically (indent 2), adding
---- threads (the BLAS threads) and params (after count_params) when tbl has none.
---- Returns the path.
-function Run:write_metrics(tbl)
+--- run:write_metrics(tbl [, file]) writes tbl to <out>/metrics.json (or <out>/<file>)
+--- atomically (indent 2), adding threads (the BLAS threads) and params (after count_params)
+--- when tbl has none.  Returns the path.
+function Run:write_metrics(tbl, file)
   if type(tbl) ~= "table" then fail(2, "run:write_metrics: expected a table, got %s", type(tbl)) end
+  if file ~= nil and (type(file) ~= "string" or file == "") then
+    fail(2, "run:write_metrics: file must be a file name, got %s", tostring(file))
+  end
   local doc = {}
   for k, v in pairs(tbl) do doc[k] = v end
   if doc.threads == nil then doc.threads = glimpse.get_num_threads() end
   if doc.params == nil then doc.params = self.params end
-  return util.write_json(self:path("metrics.json"), doc, {indent = 2})
+  if not dist.is_root() then return self:path(file or "metrics.json") end
+  return util.write_json(self:path(file or "metrics.json"), doc, {indent = 2})
+end
+
+--- run:write_report{title=, summary=, history=, charts=, tables=, images=} writes
+--- <out>/index.html (glimpse.report) and returns its path: a table of the flags, the
+--- summary (name -> number or text: the final results), a learning curve of the training
+--- loss (history = a Trainer's history) and one chart per metric named in charts (from
+--- history.evals), then each of tables ({caption=, rows=, header=true}) and a strip of the
+--- pictures in images (file names in the output folder).
+function Run:write_report(o)
+  if type(o) ~= "table" then fail(2, "run:write_report: expected an options table, got %s", type(o)) end
+  local report = require "glimpse.report"
+  local page = report.Page{title = o.title or self.name}
+  local function kv(t)
+    local keys, rows = {}, {}
+    for k, v in pairs(t) do
+      if type(v) ~= "table" and type(v) ~= "function" then keys[#keys + 1] = tostring(k) end
+    end
+    table.sort(keys)
+    for _, k in ipairs(keys) do rows[#rows + 1] = {k, t[k]} end
+    return rows
+  end
+  if o.summary then
+    page:heading("Results")
+    page:table(kv(o.summary), {columns = nil})
+  end
+  local h = o.history
+  if h and h.losses and #h.losses > 1 then
+    local pts = {}
+    for _, e in ipairs(h.losses) do pts[#pts + 1] = {e.step, e.loss} end
+    page:heading("Training loss")
+    page:chart({{name = "train loss", points = pts}}, {xlabel = "step", ylabel = "loss"})
+  end
+  for _, metric in ipairs(o.charts or {}) do
+    local pts = {}
+    for _, e in ipairs(h and h.evals or {}) do
+      if type(e[metric]) == "number" then pts[#pts + 1] = {e.step, e[metric]} end
+    end
+    if #pts > 1 then
+      page:heading(metric)
+      page:chart({{name = metric, points = pts}}, {xlabel = "step", ylabel = metric})
+    end
+  end
+  for _, t in ipairs(o.tables or {}) do
+    page:table(t.rows, {header = t.header ~= false, caption = t.caption})
+  end
+  if o.images and #o.images > 0 then
+    page:heading("Pictures")
+    page:images(o.images, {width = 600})
+  end
+  page:heading("Flags")
+  page:table(kv(plain(self.args)))
+  return page:write(self:path("index.html"))
 end
 
 return M

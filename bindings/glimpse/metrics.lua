@@ -61,6 +61,9 @@ end
 -- scores[n] (n = 1..max_n): corpus BLEU-n in [0,1]; scores.precisions[n] the clipped n-gram
 -- precisions; scores.brevity_penalty; scores.length (c) and scores.ref_length (r).
 function M.bleu(candidates, references, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("metrics.bleu: opts must be a table or nil, got " .. type(opts), 2)
+  end
   opts = opts or {}
   local max_n = opts.max_n or 4
   if math.type(max_n) ~= "integer" or max_n < 1 then

@@ -94,10 +94,18 @@ function M.ones_(t)
   return fill(t, function() t:fill_(1) end)
 end
 
+-- gain: a finite number or nil
+local function check_gain(gain, fname)
+  if gain ~= nil and (type(gain) ~= "number" or gain ~= gain or math.abs(gain) == math.huge) then
+    error(string.format("init.%s: gain must be a finite number, got %s", fname, tostring(gain)), 3)
+  end
+end
+
 --- init.xavier_uniform_(t, gain=1): U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out))
 function M.xavier_uniform_(t, gain)
   check_tensor(t, "xavier_uniform_")
   local fin, fout = M.calculate_fan_in_and_fan_out(t)
+  check_gain(gain, "xavier_uniform_")
   local a = (gain or 1) * math.sqrt(6 / (fin + fout))
   return fill(t, function() t:uniform_(-a, a) end)
 end
@@ -106,6 +114,7 @@ end
 function M.xavier_normal_(t, gain)
   check_tensor(t, "xavier_normal_")
   local fin, fout = M.calculate_fan_in_and_fan_out(t)
+  check_gain(gain, "xavier_normal_")
   local std = (gain or 1) * math.sqrt(2 / (fin + fout))
   return fill(t, function() t:normal_(0, std) end)
 end

@@ -14,6 +14,7 @@
 -- down or scrolls inside its own box, so nothing runs off a 1280 px window.  Picture paths
 -- are written as given: make them relative to the page's folder.
 local util = require "glimpse.util"
+local dist = require "glimpse.dist"
 
 local M = {}
 
@@ -380,7 +381,8 @@ function Page:write(path)
   if type(path) ~= "string" or path == "" then
     fail(2, "page:write: path must be a non-empty string, got %s", tostring(path))
   end
-  util.write_text(path, self:render())
+  -- in a data-parallel run (glimpse.dist) rank 0 alone writes
+  if dist.is_root() then util.write_text(path, self:render()) end
   return path
 end
 

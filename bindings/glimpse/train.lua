@@ -49,6 +49,7 @@ local OPTIONS = {
   evaluate = true, eval_at_end = true, target = true, best = true, log_every = true,
   smoothing = true, progress = true, checkpoint = true, checkpoint_every = true,
   resume = true, on_step = true, on_eval = true, loss = true, format_eval = true,
+  distributed = true,
 }
 
 local function check_int(name, v, lo, optional)
@@ -223,6 +224,7 @@ function M.Trainer(o)
   self.on_step = check_fn("on_step", o.on_step)
   self.on_eval = check_fn("on_eval", o.on_eval)
   self.format_eval = check_fn("format_eval", o.format_eval)
+  if o.distributed then self:_distribute() end
 
   -- the state a checkpoint holds
   self.step, self.epoch, self.index = 0, 0, 0
@@ -250,7 +252,13 @@ function Trainer:_next_batch()
     end
   end
   self.index = self.index + 1
-  return self.dataset:collate(self.order[self.index])
+  local indices = self.order[self.index]
+  if self.bucket then                          -- data parallel: this rank's share
+    indices = self.dist.shard(indices)
+    self.shard_size = #indices
+    if #indices == 0 then return nil end
+  end
+  return self.dataset:collate(indices)
 end
 
 local function as_number(v, what)
@@ -261,11 +269,8 @@ local function as_number(v, what)
   return v
 end
 
--- zero_grad, loss, backward, clip, step, schedule; returns the loss and the stats (numbers)
-function Trainer:_step()
-  local batch = self:_next_batch()
-  local opt = self.optimizer
-  opt:zero_grad()
+-- the loss of a batch and its backward; returns the loss and the stats (numbers)
+function Trainer:_forward_backward(batch)
   local loss, stats
   if self.loss_fn then loss, stats = self.loss_fn(self.model, batch, self.step + 1)
   else loss, stats = self.model:loss(batch) end
@@ -282,12 +287,112 @@ function Trainer:_step()
   if stats then
     for k, v in pairs(stats) do out[k] = as_number(v, "stat '" .. tostring(k) .. "'") end
   end
+  return loss:item(), out
+end
+
+-- zero_grad, loss, backward (data parallel: on this rank's shard, then the gradients
+-- averaged over the ranks), clip, step, schedule; returns the loss and the stats (numbers)
+function Trainer:_step()
+  local batch = self:_next_batch()
+  local opt = self.optimizer
+  opt:zero_grad()
+  local loss, out
+  if self.bucket then loss, out = self:_shard_step(batch)
+  else loss, out = self:_forward_backward(batch) end
   if self.clip then out.grad_norm = optim.clip_grad_norm(self.params, self.clip) end
   if self.clip_value then optim.clip_grad_value(self.params, self.clip_value) end
   opt:step()
   if self.schedule then self.schedule:step() end
   self.step = self.step + 1
-  return loss:item(), out
+  return loss, out
+end
+
+-- ---------------------------------------------------------------------------------------
+-- data parallel (distributed = true; docs/distributed.md)
+--
+-- Every rank holds the whole model and takes its share of each global batch (item i of the
+-- batch's indices goes to rank (i-1) % size); one allreduce of a flat bucket of gradients
+-- per step leaves every rank with the gradient of the whole batch, so every rank makes the
+-- same update.  A rank's gradient is weighed by the loss's normaliser on its shard: the
+-- stat `tokens` when the loss reports it (a mean over tokens: Seq2Seq's stats hold it, and
+-- a loss function around Captioner:loss passes on its info.tokens), else its number of
+-- examples.  Rank 0 alone prints, logs and writes checkpoints.
+
+function Trainer:_distribute()
+  local dist = require "glimpse.dist"
+  self.rank, self.world = dist.init()
+  if self.world == 1 then return end           -- one rank: the plain loop, bit for bit
+  if self.generate then                        -- level 3: the caller of Trainer{...}
+    error(string.format("Trainer: option 'distributed' needs a dataset (data with "
+          .. "collate(indices)): generated batches cannot be split over the %d ranks",
+          self.world), 3)
+  end
+  if self.batch_size < self.world then
+    error(string.format("Trainer: option 'batch_size' (%d) must be at least the number of ranks "
+          .. "(%d) with option 'distributed'", self.batch_size, self.world), 3)
+  end
+  self.dist = dist
+  self.bucket = dist.GradBucket(self.params)
+  if self.rank ~= 0 then self.progress = false end
+end
+
+function Trainer:_is_root()
+  return not self.bucket or self.rank == 0
+end
+
+-- this rank's shard: forward, backward, then the one allreduce (gradients, loss, and whether
+-- any rank's time guard ran out, so that all ranks stop at the same step)
+function Trainer:_shard_step(batch)
+  self.bucket:attach()
+  local loss, out, weight = 0, {}, 0
+  if batch ~= nil then
+    loss, out = self:_forward_backward(batch)
+    weight = out.tokens or self.shard_size
+  end
+  local late = self.time_limit ~= nil and self.timer ~= nil
+               and self.timer:elapsed() >= self.time_limit
+  local _, mean_loss, any_late = self.bucket:average(weight, loss, late)
+  self.time_up = any_late
+  return mean_loss, out
+end
+
+-- buffers (running statistics) follow each rank's own shards: rank 0's go to every rank at
+-- the start and before each evaluation, so that every rank evaluates the same model
+function Trainer:_sync_buffers()
+  if type(self.model.buffers) ~= "function" then return end
+  for _, b in ipairs(self.model:buffers()) do self.dist.broadcast(b, 0) end
+end
+
+-- rank 0's answer to a yes/no question, on every rank
+function Trainer:_root_says(yes)
+  local flag = glimpse.tensor({yes and 1 or 0})
+  self.dist.broadcast(flag, 0)
+  return flag:item() > 0
+end
+
+function Trainer:_time_up()
+  if self.bucket then return self.time_up == true end
+  return self.time_limit ~= nil and self.timer:elapsed() >= self.time_limit
+end
+
+-- the start of fit() on every rank: resume if rank 0 has a checkpoint, start from rank 0's
+-- parameters, and check that every rank is at the same step
+function Trainer:_start_ranks(resume)
+  local dist = self.dist
+  self.time_up = nil
+  resume = self:_root_says(resume)
+  if resume then self:load_checkpoint(self.checkpoint) end
+  for _, p in ipairs(self.params) do dist.broadcast(p, 0) end
+  self:_sync_buffers()
+  local steps = glimpse.tensor({self.step, -self.step})
+  dist.allreduce(steps, "max")
+  local hi, lo = steps:totable()[1], -steps:totable()[2]
+  if hi ~= lo then
+    error(string.format("Trainer: the ranks start from different steps (%d to %d): every rank "
+                        .. "must read the same checkpoint %s (a shared filesystem)", lo, hi,
+                        tostring(self.checkpoint)), 0)
+  end
+  return resume
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -353,6 +458,7 @@ end
 -- run evaluate(model, step) without a tape, in eval mode; record, report, early-stop check
 function Trainer:_evaluate()
   local model, step = self.model, self.step
+  if self.bucket then self:_sync_buffers() end
   if self.timer then self.timer:pause() end
   if self.bar then self.bar:pause() end
   model:evaluate()
@@ -392,7 +498,9 @@ function Trainer:_evaluate()
   local t = self.target
   if t then
     local v = entry[t.metric]
-    if (t.mode == "max" and v >= t.value) or (t.mode == "min" and v <= t.value) then
+    local reached = (t.mode == "max" and v >= t.value) or (t.mode == "min" and v <= t.value)
+    if self.bucket then reached = self:_root_says(reached) end   -- every rank stops, or none
+    if reached then
       self.history.reached = {step = step, seconds = entry.seconds, value = v}
       return true
     end
@@ -419,6 +527,7 @@ function Trainer:save_checkpoint(path)
   if type(path) ~= "string" then error("Trainer:save_checkpoint: no path (option 'checkpoint')", 2) end
   -- drop the normal that Box-Muller keeps in hand, here and in the run that resumes alike
   glimpse.set_rng_state(glimpse.rng_state())
+  if not self:_is_root() then return path end   -- data parallel: rank 0 writes it
   local r1, r2 = glimpse.rng_state()
   local tensors = {}
   for k, v in pairs(self.model:state_dict()) do tensors["model." .. k] = v end
@@ -555,7 +664,7 @@ function Trainer:_loop()
     if self:_evaluate() then return "target" end
   end
   while self.step < self.steps do
-    if self.time_limit and self.timer:elapsed() >= self.time_limit then return "time" end
+    if self:_time_up() then return "time" end
     local loss, stats = self:_step_atomic()
     self:_record(loss, stats)
     local step = self.step
@@ -564,7 +673,7 @@ function Trainer:_loop()
     if self.bar then self.bar:update(step, self:_bar_fields()) end
     if self.on_step then self.on_step(self, step, loss, stats) end
     local stop
-    local timed_out = self.time_limit and self.timer:elapsed() >= self.time_limit
+    local timed_out = self:_time_up()
     if self.evaluate and ((self.eval_every and step % self.eval_every == 0)
                           or ((last or timed_out) and self.eval_at_end)) then
       self.eval_pending = step
@@ -589,8 +698,13 @@ end
 --- stopped = "steps"|"target"|"time"|"interrupted", interrupted, best, reached, loss,
 --- resumed_from, checkpoint}.
 function Trainer:fit()
-  if self.checkpoint and self.resume and util.exists(self.checkpoint) then
+  local resume = self.checkpoint and self.resume and util.exists(self.checkpoint)
+  if self.bucket then
+    resume = self:_start_ranks(resume)
+  elseif resume then
     self:load_checkpoint(self.checkpoint)
+  end
+  if resume then
     self:_say(string.format("resuming from %s at step %d", self.checkpoint, self.step))
   end
   self.model:train()
@@ -627,7 +741,7 @@ function Trainer:fit()
     h.checkpoint = self.checkpoint
   end
   self.eval_pending = nil
-  if stopped == "interrupted" then       -- said even when progress = false
+  if stopped == "interrupted" and self:_is_root() then  -- said even when progress = false
     print(string.format("interrupted at step %d of %d%s", self.step, self.steps,
                             self.checkpoint and ("; checkpoint " .. self.checkpoint
                                                  .. " (run again to resume)") or ""))
@@ -636,8 +750,9 @@ function Trainer:fit()
                             self.target.metric, h.reached.value,
                             self.target.mode == "max" and ">=" or "<=", self.target.value))
   elseif stopped == "time" then
-    self:_say(string.format("stopped at step %d of %d: the time limit (%gs) ran out", self.step,
-                            self.steps, self.time_limit))
+    self:_say(string.format("stopped at step %d of %d: the time limit (%s) ran out", self.step,
+                            self.steps, self.time_limit and string.format("%gs", self.time_limit)
+                                        or "another rank's"))
   end
   return h
 end

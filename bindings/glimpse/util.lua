@@ -264,6 +264,9 @@ end
 -- is {} (as lua-cjson).  indent: spaces per level (a number) or nil for one line.
 function M.json_encode(value, opts)
   local cj = cjson("util.json_encode")
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(2, "util.json_encode: opts must be a table or nil, got %s", type(opts))
+  end
   local indent = opts and opts.indent
   if indent ~= nil then
     if type(indent) ~= "number" or indent < 0 then

@@ -143,6 +143,48 @@ function M.load_weights(model, sd, path, fname)
   return model
 end
 
+--- common.decode_options(fname, opts, level) -> opts (a table), beam (a positive integer,
+--- default 1): the checked options of a model's :decode
+function M.decode_options(fname, opts, level)
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(level + 1, "%s: opts must be a table {beam=, max_len=}, got %s", fname, type(opts))
+  end
+  opts = opts or {}
+  return opts, M.positive_int(fname, opts, "beam", 1, level + 1)
+end
+
+--- common.decode(model, make_state, step, o) -> outputs, extras: glimpse.decode over the
+--- model's own step in evaluation mode without a tape (the mode is put back, also on an
+--- error).  make_state() -> the decoding state; step(y, state, t) as glimpse.decode takes it;
+--- o: glimpse.decode's options, o.beam > 1 for beam search (else greedy).  outputs[b]: the
+--- tokens of row b's best hypothesis; extras = {alignments = {b -> rows}, scores = {b ->
+--- log-probability}, finished = {b -> boolean}}.
+function M.decode(model, make_state, step, o)
+  local search = require "glimpse.decode"
+  local was_training = model.training
+  model:evaluate()
+  local ok, outs, extras = pcall(glimpse.no_grad, function()
+    local st = make_state()
+    local preds, ex = {}, {alignments = {}, scores = {}, finished = {}}
+    if (o.beam or 1) == 1 then
+      local g = M.copy(o)
+      g.beam, g.length_penalty = nil, nil
+      local toks, scores, al, fin = search.greedy(step, st, g)
+      preds, ex.scores, ex.finished = toks, scores, fin
+      for i = 1, #toks do ex.alignments[i] = al and al[i] or {} end
+    else
+      for i, h in ipairs(search.beam(step, st, o)) do
+        preds[i], ex.alignments[i], ex.scores[i], ex.finished[i] =
+          h[1].tokens, h[1].alignment, h[1].log_prob, h[1].finished
+      end
+    end
+    return preds, ex
+  end)
+  if was_training then model:train() end
+  if not ok then error(outs, 0) end
+  return outs, extras
+end
+
 --- common.copy(t) -> a shallow copy of a table
 function M.copy(t)
   local o = {}

@@ -258,6 +258,10 @@ local VGG = Encoder:extend("VGG")
 M.VGG = VGG
 
 function VGG:init(arch, cfg, batch_norm, opts)
+  if type(arch) ~= "string" or type(cfg) ~= "table" or type(opts) ~= "table" then
+    error("models.VGG(arch, cfg, batch_norm, opts): a name, a layer list and an options table "
+          .. "expected (models.vgg16{...} and the like build the named networks)", 3)
+  end
   self.arch, self.in_channels, self.grid_dim = arch, 3, 512
   self.head_prefix, self.head_weight = "classifier%.", "classifier.6.weight"
   local fill = opts.weights == nil and opts.init ~= false
@@ -350,6 +354,9 @@ M.BasicBlock = BasicBlock
 BasicBlock.expansion = 1
 
 function BasicBlock:init(cin, planes, stride)
+  check_int(cin, "cin", "models.BasicBlock", 1, 3)
+  check_int(planes, "planes", "models.BasicBlock", 1, 3)
+  check_int(stride, "stride", "models.BasicBlock", 1, 3)
   self.conv1 = nn.Conv2d(cin, planes, 3, {stride = stride, padding = 1, bias = false})
   self.bn1 = nn.BatchNorm2d(planes)
   self.relu = nn.ReLU()
@@ -373,6 +380,9 @@ M.Bottleneck = Bottleneck
 Bottleneck.expansion = 4
 
 function Bottleneck:init(cin, planes, stride)
+  check_int(cin, "cin", "models.Bottleneck", 1, 3)
+  check_int(planes, "planes", "models.Bottleneck", 1, 3)
+  check_int(stride, "stride", "models.Bottleneck", 1, 3)
   local out = planes * 4
   self.conv1 = nn.Conv2d(cin, planes, 1, {bias = false})
   self.bn1 = nn.BatchNorm2d(planes)
@@ -399,6 +409,13 @@ local ResNet = Encoder:extend("ResNet")
 M.ResNet = ResNet
 
 function ResNet:init(arch, block, counts, opts)
+  if type(arch) ~= "string" or (block ~= BasicBlock and block ~= Bottleneck)
+     or type(counts) ~= "table" or type(opts) ~= "table" then
+    error("models.ResNet(arch, block, counts, opts): a name, models.BasicBlock or "
+          .. "models.Bottleneck, a list of block counts and an options table expected "
+          .. "(models.resnet18{...} and the like build the named networks)", 3)
+  end
+  for i, n in ipairs(counts) do check_int(n, "counts[" .. i .. "]", "models.ResNet", 1, 3) end
   self.arch, self.in_channels = arch, 3
   self.grid_dim = 512 * block.expansion
   self.head_prefix, self.head_weight = "fc%.", "fc.weight"

@@ -127,6 +127,26 @@ function M.pointer(model, ds, opts)
   return out
 end
 
+--- eval.describe(r) -> one line of text for a result of eval.pointer or
+--- eval.sequence_accuracy: "exact 93.0%" (tsp: "optimal tours ..."), with the area coverage
+--- (hull) and the tour length against the optimum (tsp) where r has them.
+function M.describe(r)
+  if type(r) ~= "table" or type(r.exact) ~= "number" then
+    error("eval.describe: expected a result table with exact= (eval.pointer, eval.sequence_accuracy)", 2)
+  end
+  local s = string.format(r.valid_tours and "optimal tours %.1f%%" or "exact %.1f%%", 100 * r.exact)
+  if r.area_coverage then
+    s = s .. string.format(", area coverage %.1f%% (%.1f%% invalid)", 100 * r.area_coverage,
+                           100 * r.invalid)
+  end
+  if r.valid_tours then
+    s = s .. string.format(", tour %.3f vs optimal %.3f (gap %.2f%%, %.0f%% valid)",
+                           r.tour_length or 0 / 0, r.optimal_length or 0 / 0,
+                           100 * (r.gap or 0 / 0), 100 * r.valid_tours)
+  end
+  return s
+end
+
 --- eval.copy(model, data, {batch_size=200}) -> {bit_errors= (mean per sequence), exact=
 --- (share of sequences copied without error), n=}.  data: a copy_task batch (inputs,
 --- targets, output_mask) or a copy_task dataset (copy.make).

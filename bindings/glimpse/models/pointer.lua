@@ -18,7 +18,6 @@
 -- states before pointing (Bello et al. 2016, "glimpse": q <- sum_j softmax(u^g)_j e_j).
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
-local decode = require "glimpse.decode"
 local C = require "glimpse.models.common"
 
 local M = {}
@@ -227,41 +226,18 @@ end
 -- search, both limited to valid outputs.  Evaluation mode, no tape.
 function PointerNet:decode(b, opts)
   check_batch(b, "PointerNet:decode", false, 2)
-  if opts ~= nil and type(opts) ~= "table" then
-    C.fail(2, "PointerNet:decode: opts must be a table {beam=, max_len=}, got %s", type(opts))
-  end
-  opts = opts or {}
-  local beam = C.positive_int("PointerNet:decode", opts, "beam", 1, 2)
+  local beam
+  opts, beam = C.decode_options("PointerNet:decode", opts, 2)
   local max_len = C.positive_int("PointerNet:decode", opts, "max_len", b.points.shape[2] + 1, 2)
-  local was_training = self.training
-  self:evaluate()
-  local ok, outs, extras = pcall(glimpse.no_grad, function()
-    local st = self:_decode_state(b)
-    local step = function(y, s, t) return self:_decode_step(y, s, t) end
-    local o = {start = END, stop = END, max_len = max_len}
-    local seqs, ex = {}, {alignments = {}, scores = {}, finished = {}}
-    if beam == 1 then
-      local toks, scores, al, fin = decode.greedy(step, st, o)
-      seqs, ex.scores, ex.finished = toks, scores, fin
-      for i = 1, #toks do ex.alignments[i] = al and al[i] or {} end
-    else
-      o.beam = beam
-      local hyps = decode.beam(step, st, o)
-      for i, h in ipairs(hyps) do
-        seqs[i], ex.alignments[i], ex.scores[i], ex.finished[i] =
-          h[1].tokens, h[1].alignment, h[1].log_prob, h[1].finished
-      end
-    end
-    for i, s in ipairs(seqs) do
-      local p = {}
-      for k, v in ipairs(s) do p[k] = math.tointeger(v) - 1 end
-      seqs[i] = p
-    end
-    return seqs, ex
-  end)
-  if was_training then self:train() end
-  if not ok then error(outs, 0) end
-  return outs, extras
+  local seqs, ex = C.decode(self, function() return self:_decode_state(b) end,
+                            function(y, s, t) return self:_decode_step(y, s, t) end,
+                            {start = END, stop = END, max_len = max_len, beam = beam})
+  for i, s in ipairs(seqs) do                -- positions into the points: the end slot off
+    local p = {}
+    for k, v in ipairs(s) do p[k] = math.tointeger(v) - 1 end
+    seqs[i] = p
+  end
+  return seqs, ex
 end
 
 --- model:save(path, meta) -> path: the state_dict and the configuration (atomic)

@@ -22,7 +22,6 @@
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local att = require "glimpse.attention"
-local decode = require "glimpse.decode"
 local Vocab = require "datasets.vocab"
 local C = require "glimpse.models.common"
 
@@ -259,37 +258,16 @@ end
 -- without a tape.
 function Seq2Seq:decode(b, opts)
   check_batch(b, "Seq2Seq:decode", false, 2)
-  if opts ~= nil and type(opts) ~= "table" then
-    C.fail(2, "Seq2Seq:decode: opts must be a table {beam=, max_len=}, got %s", type(opts))
-  end
-  opts = opts or {}
-  local beam = C.positive_int("Seq2Seq:decode", opts, "beam", 1, 2)
+  local beam
+  opts, beam = C.decode_options("Seq2Seq:decode", opts, 2)
   local default_len = glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5
   local max_len = C.positive_int("Seq2Seq:decode", opts, "max_len", default_len, 2)
   local lp = C.number_in("Seq2Seq:decode", opts, "length_penalty", self.config.length_penalty,
                          -math.huge, math.huge, 2)
-  local was_training = self.training
-  self:evaluate()
-  local ok, outs, extras = pcall(glimpse.no_grad, function()
-    local st = self:_decode_state(b)
-    local step = function(y, s) return self:_decode_step(y, s) end
-    local o = {max_len = max_len, start = Vocab.START, stop = Vocab.END}
-    if beam == 1 then
-      local preds, scores, maps, finished = decode.greedy(step, st, o)
-      return preds, {alignments = maps, scores = scores, finished = finished}
-    end
-    o.beam, o.length_penalty = beam, lp
-    local hyps = decode.beam(step, st, o)
-    local preds, ex = {}, {alignments = {}, scores = {}, finished = {}}
-    for i, h in ipairs(hyps) do
-      preds[i], ex.alignments[i], ex.scores[i], ex.finished[i] =
-        h[1].tokens, h[1].alignment, h[1].log_prob, h[1].finished
-    end
-    return preds, ex
-  end)
-  if was_training then self:train() end
-  if not ok then error(outs, 0) end
-  return outs, extras
+  return C.decode(self, function() return self:_decode_state(b) end,
+                  function(y, s) return self:_decode_step(y, s) end,
+                  {max_len = max_len, start = Vocab.START, stop = Vocab.END, beam = beam,
+                   length_penalty = lp})
 end
 
 --- model:translate(batch, opts) -> list of B strings: model:decode's ids through the target

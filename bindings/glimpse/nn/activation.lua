@@ -1,5 +1,6 @@
 --- glimpse.nn.activation -- elementwise activations (nn.ReLU, nn.Tanh, nn.Sigmoid,
 -- nn.Identity) and nn.Flatten.
+local glimpse = require "glimpse"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module
@@ -11,7 +12,12 @@ local M = {}
 
 local function simple(name, fn)
   local cls = Module:extend(name)
-  cls.forward = function(_, x) return fn(x) end
+  cls.forward = function(_, x)
+    if not glimpse.is_tensor(x) then
+      error(string.format("nn.%s: input must be a tensor, got %s", name, type(x)), 2)
+    end
+    return fn(x)
+  end
   M[name] = cls
   return cls
 end

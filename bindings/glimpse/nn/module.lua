@@ -453,9 +453,16 @@ function Module:evaluate()
 end
 Module.eval = Module.evaluate
 
---- m:zero_grad({set_to_none=false}): zero every parameter's .grad (or drop it)
+--- m:zero_grad({set_to_none=false}): zero every parameter's .grad (or drop it); a boolean
+--- is set_to_none itself, as PyTorch's zero_grad(True)
 function Module:zero_grad(opts)
-  local none = opts and opts.set_to_none
+  local none
+  if type(opts) == "boolean" or opts == nil then none = opts
+  elseif type(opts) == "table" then none = opts.set_to_none
+  else
+    error(string.format("%s:zero_grad: opts must be a table {set_to_none = bool} or a boolean, "
+                        .. "got %s", self.__name or "Module", type(opts)), 2)
+  end
   for _, p in ipairs(self:parameters()) do
     if none then p.grad = nil else p:zero_grad() end
   end

@@ -31,6 +31,9 @@ function LayerNorm:init(d, opts)
 end
 
 function LayerNorm:forward(x)
+  if not glimpse.is_tensor(x) then
+    error("LayerNorm: input must be a tensor (..., normalized shape), got " .. type(x), 2)
+  end
   local shape, ns = x.shape, self.normalized_shape
   local lead = #shape - #ns
   local ok = lead >= 0

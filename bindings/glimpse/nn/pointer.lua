@@ -42,12 +42,22 @@ end
 
 --- ptr:precompute(keys (B,L,Dk), mask) -> state (W1 k projected once per sequence)
 function Pointer:precompute(keys, mask)
+  if not glimpse.is_tensor(keys) or keys:dim() ~= 3 or keys.shape[3] ~= self.key_size then
+    error(string.format("nn.Pointer: keys must be a (B,L,%d) tensor (key=%d), got %s",
+                        self.key_size, self.key_size, glimpse.is_tensor(keys) and
+                        ("shape [" .. table.concat(keys.shape, ",") .. "]") or type(keys)), 2)
+  end
   if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
   return {keys = keys, mask = mask, uk = glimpse.linear(keys, self.key_proj.weight)}
 end
 
 function Pointer:forward(q, keys, mask, chosen, state)
   if keys == nil and state then keys, mask = state.keys, mask or state.mask end
+  if not glimpse.is_tensor(q) or q:dim() ~= 2 or q.shape[2] ~= self.query_size then
+    error(string.format("nn.Pointer: query must be a (B,%d) tensor (query=%d), got %s",
+                        self.query_size, self.query_size, glimpse.is_tensor(q) and
+                        ("shape [" .. table.concat(q.shape, ",") .. "]") or type(q)), 2)
+  end
   if not state or state.keys ~= keys then state = self:precompute(keys, mask) end
   local e = att.additive_scores(glimpse.linear(q, self.query_proj.weight), state.uk, self.v)
   local logits = att.pointer_logits(e, mask or state.mask, chosen)

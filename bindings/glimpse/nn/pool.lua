@@ -21,7 +21,12 @@ local function pool_class(name, fn)
     self.padding = pair(padding or 0, "padding", name, 0)
   end
   function cls:forward(x)
-    if is_tensor(x) and x:dim() == 3 then
+    if not is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
+      error(string.format("nn.%s: input must be a (B,C,H,W) or (C,H,W) tensor, got %s", name,
+                          is_tensor(x) and ("shape [" .. table.concat(x.shape, ",") .. "]")
+                          or type(x)), 2)
+    end
+    if x:dim() == 3 then
       return fn(x:unsqueeze(1), self.kernel_size, self.stride, self.padding):squeeze(1)
     end
     return fn(x, self.kernel_size, self.stride, self.padding)

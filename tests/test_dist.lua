@@ -1,0 +1,280 @@
+-- tests/test_dist.lua -- glimpse.dist (bindings/glimpse/dist.lua, bindings/l_dist.c, the MPI
+-- plugin bindings/mpi/dist_mpi.c) and the Trainer's data-parallel mode.
+--
+-- In this process (no launcher) glimpse.dist is one rank and every call the identity.  The
+-- rest runs tests/dist/*.lua under `mpirun -np 2` (as root: --allow-run-as-root, and
+-- --oversubscribe for a 2-core machine that is running other work): the collectives' results
+-- on 2 ranks, and a small Seq2Seq trained data-parallel for 20 steps whose parameters must
+-- equal a single-process run's with the same global batch.  `make test` installs Open MPI
+-- (openmpi-bin, libopenmpi-dev), so those tests skip only where mpirun is not installed.
+local lu = require "luaunit"
+local glimpse = require "glimpse"
+local H = require "tests.helpers"
+local util = require "glimpse.util"
+
+local T = {}
+
+local PARAM_RTOL = 1e-5        -- data-parallel vs one process: per tensor, max |a-b| / max |a|
+local EXE = arg and arg[-1] or "build/glimpse"
+local TIMEOUT = 120            -- seconds: a deadlock fails the test instead of hanging the run
+
+local function have_mpirun()
+  return os.execute("command -v mpirun > /dev/null 2>&1") == true
+end
+
+local function skip_without_mpirun()
+  lu.skipIf(not have_mpirun(), "mpirun is not installed (make test installs openmpi-bin and "
+                                .. "libopenmpi-dev); the multi-rank tests need it")
+end
+
+-- run a command line; returns its output (stdout and stderr) and whether it exited 0
+local function sh(line)
+  local out = os.tmpname()
+  local ok = os.execute(line .. " > " .. H.sh_quote(out) .. " 2>&1")
+  local text = H.read_file(out) or ""
+  os.remove(out)
+  return text, ok == true
+end
+
+-- `glimpse args...` under mpirun -np n (or alone when n is nil)
+local function glimpse_cmd(n, args)
+  local parts = {}
+  if n then
+    -- Open MPI keeps allocations to the end, in components it has unloaded by then, which
+    -- LeakSanitizer cannot even name: under `make asan` the ranks run without leak
+    -- detection (AddressSanitizer's other checks stay on; this suite's one-process tests,
+    -- which never load MPI, keep it too)
+    local asan = (os.getenv("ASAN_OPTIONS") or "") .. ":detect_leaks=0"
+    parts = {"ASAN_OPTIONS=" .. H.sh_quote(asan), "timeout", tostring(TIMEOUT), "mpirun", "-np", tostring(n), "--allow-run-as-root",
+             "--oversubscribe"}
+  else
+    parts = {"timeout", tostring(TIMEOUT)}
+  end
+  parts[#parts + 1] = H.sh_quote(EXE)
+  for _, a in ipairs(args) do parts[#parts + 1] = H.sh_quote(a) end
+  return table.concat(parts, " ")
+end
+
+local function run_glimpse(n, args)
+  local out, ok = sh(glimpse_cmd(n, args))
+  lu.assertTrue(ok, "glimpse " .. table.concat(args, " ") .. (n and (" on " .. n .. " ranks") or "")
+                .. " failed:\n" .. out)
+  return out
+end
+
+-- a Lua script of this text in a new temporary folder -> its path, the folder
+local function script_file(text)
+  local d = H.tmpdir()
+  H.write_file(d .. "/script.lua", text)
+  return d .. "/script.lua", d
+end
+
+local function assert_same_params(a_path, b_path, what)
+  local a, b = glimpse.load(a_path), glimpse.load(b_path)
+  local n = 0
+  for name, x in pairs(a) do
+    n = n + 1
+    lu.assertNotNil(b[name], what .. ": no " .. name)
+    local scale = math.max(x:abs():max():item(), 1e-12)
+    local rel = (x - b[name]):abs():max():item() / scale
+    lu.assertTrue(rel <= PARAM_RTOL, string.format("%s: %s differs by %.3g relative (at most %g)",
+                                                   what, name, rel, PARAM_RTOL))
+  end
+  lu.assertTrue(n > 5, what .. ": the checkpoint holds the model's tensors")
+end
+
+-- ---------------------------------------------------------------------------------------
+-- one process: one rank, every call the identity
+
+function T.test_single_process_is_rank_0_of_1_without_mpi()
+  local dist = glimpse.dist
+  local rank, size = dist.init()
+  lu.assertEquals({rank, size}, {0, 1})
+  lu.assertEquals({dist.init()}, {0, 1})
+  lu.assertEquals(dist.rank(), 0)
+  lu.assertEquals(dist.size(), 1)
+  lu.assertEquals(dist.backend(), "none")
+  lu.assertTrue(dist.is_root())
+end
+
+function T.test_single_process_calls_are_the_identity()
+  local dist = glimpse.dist
+  for _, op in ipairs({"sum", "mean", "max", "min"}) do
+    local x = glimpse.tensor({{1, -2}, {3.5, 4}})
+    lu.assertTrue(rawequal(dist.allreduce(x, op), x))
+    lu.assertEquals(x:totable(), {{1, -2}, {3.5, 4}})
+  end
+  local b = glimpse.tensor({5, 6})
+  lu.assertTrue(rawequal(dist.broadcast(b, 0), b))
+  lu.assertEquals(b:totable(), {5, 6})
+  local g = dist.allgather(glimpse.tensor({{1, 2, 3}}))
+  lu.assertEquals(g.shape, {1, 1, 3})
+  lu.assertEquals(g:totable(), {{{1, 2, 3}}})
+  lu.assertEquals(dist.shard({"a", "b", "c"}), {"a", "b", "c"})
+  lu.assertEquals(dist.gather_tables({k = "v", n = 2}), {{k = "v", n = 2}})
+  dist.barrier()
+end
+
+function T.test_bad_arguments_name_the_call()
+  local dist = glimpse.dist
+  lu.assertErrorMsgContains("glimpse.dist.allreduce: bad argument #2 (op must be",
+                            dist.allreduce, glimpse.ones(2), "prod")
+  lu.assertErrorMsgContains("glimpse.dist.allreduce: bad argument #1 (a tensor expected, got table)",
+                            dist.allreduce, {1, 2})
+  lu.assertErrorMsgContains("glimpse.dist.broadcast: bad argument #2 (root must be a rank 0..0, got 1)",
+                            dist.broadcast, glimpse.ones(2), 1)
+  lu.assertErrorMsgContains("glimpse.dist.shard: bad argument #1", dist.shard, "abc")
+  lu.assertErrorMsgContains("glimpse.dist.gather_tables: the table is not JSON",
+                            dist.gather_tables, {f = print})
+end
+
+function T.test_trainer_distributed_on_one_rank_equals_the_plain_trainer()
+  local d = H.tmpdir()
+  run_glimpse(nil, {"tests/dist/train.lua", d .. "/plain.st", "6"})
+  run_glimpse(nil, {"tests/dist/train.lua", d .. "/one.st", "6", "--distributed"})
+  local a, b = glimpse.load(d .. "/plain.st"), glimpse.load(d .. "/one.st")
+  for name, x in pairs(a) do lu.assertEquals(x:totable(), b[name]:totable(), name) end
+end
+
+function T.test_experiment_has_the_distributed_flag()
+  local experiment = glimpse.experiment
+  local p = experiment.parser("t", "a test", {})
+  local d = H.tmpdir()
+  local args = experiment.parse(p, {"--distributed", "--out", d}, {raise = true})
+  lu.assertTrue(args.distributed)
+  local run = experiment.start(args, {name = "t", quiet = true})
+  lu.assertTrue(run:trainer_options().distributed)
+  run:write_metrics({accuracy = 1})               -- one rank: rank 0, which writes
+  lu.assertEquals(util.read_json(d .. "/metrics.json").accuracy, 1)
+  local plain = experiment.parse(p, {"--out", d}, {raise = true})
+  lu.assertTrue(not plain.distributed)
+  lu.assertNil(experiment.start(plain, {name = "t", quiet = true}):trainer_options().distributed)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- two ranks
+
+function T.test_collectives_on_two_ranks()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  run_glimpse(2, {"tests/dist/collectives.lua", d .. "/seen.json"})
+  local seen = util.read_json(d .. "/seen.json")
+  lu.assertEquals(#seen, 2)
+  for r = 0, 1 do
+    local s = seen[r + 1]
+    lu.assertEquals({s.rank, s.size, s.backend, s.is_root}, {r, 2, "mpi", r == 0})
+    lu.assertEquals(s.init_again, {r, 2})
+    -- rank 0 had 1..4 and rank 1 had 2..8; a view of the tensor sees the result (in place)
+    lu.assertEquals(s.sum, {3, 6, 9, 12})
+    lu.assertEquals(s.mean, {1.5, 3, 4.5, 6})
+    lu.assertEquals(s.max, {2, 4, 6, 8})
+    lu.assertEquals(s.min, {1, 2, 3, 4})
+    for _, op in ipairs({"sum", "mean", "max", "min"}) do
+      lu.assertTrue(s[op .. "_returns_its_argument"], op)
+    end
+    lu.assertEquals(s.broadcast_from_1, {8, 8, 8})
+    lu.assertEquals(s.allgather_shape, {2, 1, 3})
+    lu.assertEquals(s.allgather, {{0, 0, 0}, {1, 10, 100}})
+    lu.assertEquals(s.tables, {{rank = 0, word = "w0", list = {0, 1}},
+                               {rank = 1, word = "w1", list = {1, 2}}})
+    lu.assertStrContains(s.bad_root, "glimpse.dist.broadcast: bad argument #2 (root must be a rank 0..1, got 2)")
+    lu.assertStrContains(s.bad_op, "glimpse.dist.allreduce: bad argument #2")
+    lu.assertStrContains(s.generated_data, "Trainer: option 'distributed' needs a dataset")
+    lu.assertStrContains(s.small_batch, "Trainer: option 'batch_size' (1) must be at least the "
+                                        .. "number of ranks (2)")
+  end
+  lu.assertEquals(seen[1].shard, {"a", "c", "e"})
+  lu.assertEquals(seen[2].shard, {"b", "d"})
+end
+
+function T.test_a_failing_rank_ends_the_job_with_an_error()
+  skip_without_mpirun()
+  local script = script_file([[
+    local glimpse = require "glimpse"
+    if glimpse.dist.rank() == 1 then error("rank 1 gives up") end
+    glimpse.dist.allreduce(glimpse.ones(4))   -- rank 0 waits here for a rank that is gone
+  ]])
+  local t0 = os.time()
+  local out, ok = sh(glimpse_cmd(2, {script}))
+  lu.assertFalse(ok)
+  lu.assertStrContains(out, "rank 1 gives up")
+  -- ended by mpirun when rank 1 exited, not by the timeout while rank 0 waited
+  lu.assertTrue(os.time() - t0 < TIMEOUT / 2, out)
+end
+
+function T.test_under_a_launcher_without_mpi_glimpse_stops_with_the_reason()
+  skip_without_mpirun()
+  local script, d = script_file('require("glimpse").dist.init()')
+  local out, ok = sh("GLIMPSE_MPI_PLUGIN=" .. H.sh_quote(d .. "/none.so") .. " "
+                     .. glimpse_cmd(2, {script}))
+  lu.assertFalse(ok)
+  lu.assertStrContains(out, "glimpse.dist.init: started by an MPI launcher for 2 ranks but MPI "
+                            .. "cannot be loaded: GLIMPSE_MPI_PLUGIN=" .. d .. "/none.so: no such file")
+end
+
+function T.test_data_parallel_seq2seq_equals_one_process_with_the_same_global_batch()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  run_glimpse(nil, {"tests/dist/train.lua", d .. "/one.st", "20"})
+  local out = run_glimpse(2, {"tests/dist/train.lua", d .. "/two.st", "20", "--distributed"})
+  lu.assertStrContains(out, "rank 0 of 2: 20 steps")
+  lu.assertStrContains(out, "rank 1 of 2: 20 steps")
+  assert_same_params(d .. "/one.st", d .. "/two.st", "2 ranks")
+end
+
+function T.test_a_time_limit_stops_every_rank_at_the_same_step()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  -- a limit on rank 1 only, passed during the first step: rank 0 must stop after it too,
+  -- or it would wait in the next step's allreduce for a rank that has finished
+  local out = run_glimpse(2, {"tests/dist/train.lua", d .. "/t.st", "20", "--distributed",
+                              "--time-limit", "1e-9", "1"})
+  lu.assertStrContains(out, "rank 0 of 2: 1 steps")
+  lu.assertStrContains(out, "rank 1 of 2: 1 steps")
+  local _, n = out:gsub("stopped by time", "")
+  lu.assertEquals(n, 2, out)
+end
+
+function T.test_rank_0_decides_an_early_stop_for_every_rank()
+  skip_without_mpirun()
+  local script = script_file([[
+    local glimpse = require "glimpse"
+    local ds = {n = 32, collate = function(_, idx) return glimpse.full({#idx, 1}, 1) end}
+    local rank = glimpse.dist.rank()
+    local h = glimpse.train.Trainer{
+      model = glimpse.nn.Linear(1, 1), optimizer = {"SGD", lr = 0.1}, data = ds,
+      batch_size = 8, steps = 50, progress = false, distributed = true, eval_every = 5,
+      loss = function(m, x) return m(x):pow(2):mean() end,
+      -- alone, rank 1 would stop at step 5 and rank 0 at step 10
+      evaluate = function(_, step) return {ok = step >= (rank == 0 and 10 or 5) and 1 or 0} end,
+      target = {metric = "ok", value = 1}}:fit()
+    print(string.format("rank %d stopped at step %d by %s", rank, h.steps, h.stopped))
+  ]])
+  local out = run_glimpse(2, {script})
+  lu.assertStrContains(out, "rank 0 stopped at step 10 by target")
+  lu.assertStrContains(out, "rank 1 stopped at step 10 by target")
+end
+
+function T.test_resume_on_a_different_number_of_ranks()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  run_glimpse(nil, {"tests/dist/train.lua", d .. "/straight.st", "20"})
+  -- 10 steps on 2 ranks, then 10 more in one process, from rank 0's checkpoint
+  local ck = d .. "/a.ckpt"
+  local out = run_glimpse(2, {"tests/dist/train.lua", d .. "/x.st", "10", "--distributed",
+                              "--checkpoint", ck, "--progress"})
+  lu.assertStrContains(out, "rank 1 of 2: 10 steps")
+  run_glimpse(nil, {"tests/dist/train.lua", d .. "/a.st", "20", "--distributed",
+                    "--checkpoint", ck})
+  assert_same_params(d .. "/straight.st", d .. "/a.st", "2 ranks, then 1")
+  -- 10 steps in one process, then 10 more on 2 ranks; rank 0 alone says it resumes
+  ck = d .. "/b.ckpt"
+  run_glimpse(nil, {"tests/dist/train.lua", d .. "/x.st", "10", "--checkpoint", ck})
+  out = run_glimpse(2, {"tests/dist/train.lua", d .. "/b.st", "20", "--distributed",
+                        "--checkpoint", ck, "--progress"})
+  local _, says = out:gsub("resuming from", "")
+  lu.assertEquals(says, 1, out)
+  assert_same_params(d .. "/straight.st", d .. "/b.st", "1 rank, then 2")
+end
+
+return T
