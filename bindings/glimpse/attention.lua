@@ -448,8 +448,17 @@ end
 -- draw from Multinoulli(alpha_b)); the backward pass differentiates the relaxed weights
 -- y = softmax((log alpha + g) / tau) in its place, so no REINFORCE term is needed.
 function M.gumbel_sample(alpha, values, tau)
-  check_tensor(alpha, "alpha", 2, 2)
+  local fname = "attention.gumbel_sample"
+  check_tensor(alpha, "alpha", 2, 2, fname)
+  check_tensor(values, "values (B,L,Dv)", 3, 2, fname)
   local B, L, Dv = alpha.shape[1], alpha.shape[2], values.shape[3]
+  if values.shape[1] ~= B or values.shape[2] ~= L then
+    error(string.format("%s: alpha {%d,%d} and values {%s} must agree on B and L", fname, B, L,
+                        table.concat(values.shape, ",")), 2)
+  end
+  if tau ~= nil and (type(tau) ~= "number" or not (tau > 0)) then
+    error(string.format("%s: tau must be a positive number, got %s", fname, tostring(tau)), 2)
+  end
   local g = -(-(glimpse.rand(B, L) + LOG_EPS):log() + LOG_EPS):log()
   local y = glimpse.softmax(((alpha + LOG_EPS):log() + g) / (tau or 1), 2)
   local idx = y:detach():argmax(2):reshape(B, 1)
@@ -517,7 +526,7 @@ end
 -- and Rezende 2016) and of REINFORCE with K samples (Kool et al. 2019): it depends on the
 -- input but not on the sample it is compared with, so the estimate stays unbiased.
 function M.leave_one_out(reward)
-  check_tensor(reward, "reward", 2, 2)
+  check_tensor(reward, "reward (B,K)", 2, 2, "attention.leave_one_out")
   local K = reward.shape[2]
   if K < 2 then error("attention.leave_one_out: needs K >= 2 samples per row, got " .. K, 2) end
   local r = reward:detach()
