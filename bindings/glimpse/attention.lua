@@ -442,6 +442,31 @@ function M.sample(alpha, values, opts)
   return ctx, idx, logp, M.entropy(alpha)
 end
 
+--- attention.gumbel_sample(alpha (B,L), values (B,L,Dv), tau) -> ctx (B,Dv), idx (B,1)
+-- Straight-through Gumbel-softmax (Jang et al. 2017; Maddison et al. 2017): the forward
+-- pass reads one annotation, s_b = argmax_l (log alpha_bl + g_bl) with g ~ Gumbel(0,1) (a
+-- draw from Multinoulli(alpha_b)); the backward pass differentiates the relaxed weights
+-- y = softmax((log alpha + g) / tau) in its place, so no REINFORCE term is needed.
+function M.gumbel_sample(alpha, values, tau)
+  local fname = "attention.gumbel_sample"
+  check_tensor(alpha, "alpha", 2, 2, fname)
+  check_tensor(values, "values (B,L,Dv)", 3, 2, fname)
+  local B, L, Dv = alpha.shape[1], alpha.shape[2], values.shape[3]
+  if values.shape[1] ~= B or values.shape[2] ~= L then
+    error(string.format("%s: alpha {%d,%d} and values {%s} must agree on B and L", fname, B, L,
+                        table.concat(values.shape, ",")), 2)
+  end
+  if tau ~= nil and (type(tau) ~= "number" or not (tau > 0)) then
+    error(string.format("%s: tau must be a positive number, got %s", fname, tostring(tau)), 2)
+  end
+  local g = -(-(glimpse.rand(B, L) + LOG_EPS):log() + LOG_EPS):log()
+  local y = glimpse.softmax(((alpha + LOG_EPS):log() + g) / (tau or 1), 2)
+  local idx = y:detach():argmax(2):reshape(B, 1)
+  local onehot = glimpse.zeros(B, L):scatter_add(2, idx, glimpse.ones(B, 1))
+  local w = onehot + y - y:detach()                    -- value: one-hot; gradient: y's
+  return w:reshape(B, 1, L):matmul(values):reshape(B, Dv), idx
+end
+
 local Baseline = {}
 Baseline.__index = Baseline
 
@@ -466,7 +491,8 @@ end
 --   loss = -reward_weight * mean_b((r_b - b) logp_b) - entropy_weight * mean_b(H_b)
 -- reward is treated as a constant (detached); logp is the summed log-probability of the
 -- sampled positions (attention.sample's logp, summed over steps).  opts:
---   baseline        an attention.baseline (updated with mean(r) after use), a number, or nil (0)
+--   baseline        an attention.baseline (updated with mean(r) after use), a number, a
+--                   tensor (B) of per-sample baselines (e.g. leave-one-out), or nil (0)
 --   entropy (B)     entropies to reward (an entropy bonus), with entropy_weight (default 0)
 --   reward_weight   lambda_r (default 1)
 -- For Show, Attend and Tell: reward = log p(y | s, a) per sequence (i.e. -nll:detach()), and
@@ -484,6 +510,7 @@ function M.reinforce_loss(reward, logp, opts)
   local bl = opts.baseline
   local b = 0
   if type(bl) == "number" then b = bl
+  elseif glimpse.is_tensor(bl) then b = bl:detach():reshape(logp:numel())
   elseif type(bl) == "table" then b = bl.value or r:mean():item() end
   local adv = r - b
   local loss = (adv * logp:reshape(logp:numel())):mean() * -(opts.reward_weight or 1)
@@ -491,7 +518,19 @@ function M.reinforce_loss(reward, logp, opts)
     loss = loss - opts.entropy:mean() * opts.entropy_weight
   end
   if type(bl) == "table" then bl:update(r:mean():item()) end
-  return loss, {baseline = b, advantage = adv}
+  return loss, {baseline = glimpse.is_tensor(b) and b:mean():item() or b, advantage = adv}
+end
+
+--- attention.leave_one_out(reward (B,K)) -> baseline (B,K): for sample k of row b the mean
+-- reward of the row's other K-1 samples (K >= 2), the multi-sample baseline of VIMCO (Mnih
+-- and Rezende 2016) and of REINFORCE with K samples (Kool et al. 2019): it depends on the
+-- input but not on the sample it is compared with, so the estimate stays unbiased.
+function M.leave_one_out(reward)
+  check_tensor(reward, "reward (B,K)", 2, 2, "attention.leave_one_out")
+  local K = reward.shape[2]
+  if K < 2 then error("attention.leave_one_out: needs K >= 2 samples per row, got " .. K, 2) end
+  local r = reward:detach()
+  return (r:sum(2, true) - r) / (K - 1)
 end
 
 -- ---------------------------------------------------------------------------------------

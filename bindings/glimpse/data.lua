@@ -2,7 +2,7 @@
 --
 -- File readers (engine/io_gz.c): gzip through zlib, IDX arrays.  Datasets (datasets/*.lua),
 -- loaded on first use: fashion_mnist, seq2seq, compare (tasks with true alignments), points,
--- copy_task, captions, scenes, shapes, batches; plus the helpers they share: Vocab
+-- copy_task, captions, caption_sources, scenes, shapes, batches; plus the helpers they share: Vocab
 -- (datasets/vocab.lua), Rng (datasets/rng.lua).
 -- Every generator takes a seed and draws from its own generator, never from the global one
 -- that glimpse.manual_seed sets.
@@ -31,6 +31,7 @@ local modules = {
   points = "datasets.points",
   copy_task = "datasets.copy_task",
   captions = "datasets.captions",
+  caption_sources = "datasets.caption_sources",
   scenes = "datasets.scenes",
   shapes = "datasets.shapes",
   batches = "datasets.batches",

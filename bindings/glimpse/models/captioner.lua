@@ -29,6 +29,11 @@
 --   + hard: the REINFORCE surrogate of eq. 12: lambda_r (log p(y|s,a) - b n) log p(s|a)
 --     - lambda_e H[s], with the moving average b <- 0.9 b + 0.1 log p(y|s,a) / n kept per
 --     word (n: the caption's length), so that long and short captions compare fairly.
+--     samples=K > 1: each caption is decoded K times with independent samples and each
+--     sample's baseline is the mean reward of the other K-1 (baseline="loo", VIMCO-style);
+--     estimator="gumbel" replaces REINFORCE by straight-through Gumbel-softmax.  soft_prob
+--     and entropy may move linearly to soft_prob_end / entropy_end over the first `anneal`
+--     share of training (cap:set_progress).
 -- Sentence-level terms are divided by the number of real tokens in the batch (as the
 -- cross-entropy is), which keeps the paper's ratio between them.
 local glimpse = require "glimpse"
@@ -144,11 +149,34 @@ end
 local Captioner = nn.Module:extend("Captioner")
 M.Captioner = Captioner
 
+--- glimpse.captioner.RECIPES -- named settings of hard attention's training (the Captioner
+-- options soft_prob, soft_prob_end, entropy, entropy_end, anneal, samples, baseline,
+-- estimator, tau, reward_weight, hard_eval); docs/experiments/caption.md compares them.
+--   paper   Xu et al.: one sample, moving-average baseline, entropy bonus 0.01, the
+--           expected context for half the batches throughout
+--   loo     2 samples per caption with the leave-one-out baseline; the expected context for
+--           every batch at first, falling linearly to the paper's half of the batches over
+--           the first half of the steps; the entropy bonus falls from 0.01 to 0 on the same
+--           schedule; test time reads the expected context (hard_eval = "soft")
+--   gumbel  straight-through Gumbel-softmax instead of REINFORCE, the same schedules
+M.RECIPES = {
+  paper = {soft_prob = 0.5, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0.01, anneal = 1,
+           samples = 1, baseline = "average", estimator = "reinforce", tau = 1,
+           reward_weight = 1, hard_eval = "argmax"},
+  loo = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0, anneal = 0.5,
+         samples = 2, baseline = "loo", estimator = "reinforce", tau = 1, reward_weight = 1,
+         hard_eval = "soft"},
+  gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 0.5,
+            samples = 1, baseline = "average", estimator = "gumbel", tau = 1, reward_weight = 1,
+            hard_eval = "soft"},
+}
+
 --- Captioner{vocab=, encoder=, dim_embed=64, dim_hidden=256, dim_att=128,
 ---           attention="soft"|"hard", score="additive", doubly_stochastic=1, gate=true,
 ---           deep_output=true, output_tanh=false, dropout=0, fine_tune=true,
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
----           hard_eval="argmax", coords=false,
+---           hard_eval="argmax", samples=1, baseline="average"|"loo", estimator="reinforce",
+---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, coords=false,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
 -- list.  encoder: a module with :grid (glimpse.models' encoders) or the options of
@@ -157,7 +185,11 @@ M.Captioner = Captioner
 -- gate: the beta_t gating scalar.  deep_output=false: p(y_t) = softmax(W h_t).
 -- fine_tune=false: the encoder is frozen (no gradients; cap:trainable_parameters() leaves it
 -- out).  Hard attention: soft_prob, entropy (lambda_e), reward_weight (lambda_r),
--- baseline_decay, hard_eval ("argmax" | "sample" | "soft").  coords=true appends each
+-- baseline_decay, hard_eval ("argmax" | "sample" | "soft"), samples (K decodings per
+-- caption), baseline ("average": the paper's moving average; "loo": leave-one-out over the K
+-- samples, the default when K > 1), estimator ("reinforce" | "gumbel": straight-through
+-- Gumbel-softmax at temperature tau), soft_prob_end / entropy_end / anneal (schedules, see
+-- cap:set_progress).  coords=true appends each
 -- cell's (x, y) centre in [-1,1] to its annotation (D + 2 features; not in the paper: the CNN
 -- grid alone says little about where a cell is, which captions of spatial relations need).
 -- image: what cap:prepare does to
@@ -202,11 +234,28 @@ function Captioner:init(o)
     reward_weight = number_in(o, "reward_weight", 1, 0, math.huge, 4),
     baseline_decay = number_in(o, "baseline_decay", 0.9, 0, 0.999999, 4),
     hard_eval = hard_eval,
+    samples = positive_int(o, "samples", 1, 4),
+    estimator = o.estimator or "reinforce",
+    tau = number_in(o, "tau", 1, 1e-3, math.huge, 4),
+    anneal = number_in(o, "anneal", 1, 1e-6, 1, 4),
     max_len = positive_int(o, "max_len", DEFAULT_MAX_LEN, 4),
     encoder = spec,
     image = o.image,
     trained_on = o.trained_on,
   }
+  c.soft_prob_end = number_in(o, "soft_prob_end", c.soft_prob, 0, 1, 4)
+  c.entropy_end = number_in(o, "entropy_end", c.entropy, 0, math.huge, 4)
+  c.baseline = o.baseline or (c.samples > 1 and "loo" or "average")
+  if c.baseline ~= "average" and c.baseline ~= "loo" then
+    fail(3, "Captioner: option 'baseline' must be \"average\" or \"loo\", got %s", tostring(c.baseline))
+  end
+  if c.baseline == "loo" and c.samples < 2 then
+    fail(3, "Captioner: baseline = \"loo\" needs samples >= 2, got %d", c.samples)
+  end
+  if c.estimator ~= "reinforce" and c.estimator ~= "gumbel" then
+    fail(3, "Captioner: option 'estimator' must be \"reinforce\" or \"gumbel\", got %s",
+         tostring(c.estimator))
+  end
   local seen = c.trained_on
   if seen ~= nil and (type(seen) ~= "table" or #seen ~= 3 or math.type(seen[1]) ~= "integer" or
                       math.type(seen[2]) ~= "integer" or math.type(seen[3]) ~= "integer") then
@@ -232,7 +281,7 @@ function Captioner:init(o)
   self.init_c = nn.Linear(D, H)                                 -- f_init,c
   self.attention = nn.Attention{score = score, mode = mode, query = H, key = D,
                                 hidden = c.dim_att, soft_prob = c.soft_prob,
-                                hard_eval = hard_eval}
+                                hard_eval = hard_eval, estimator = c.estimator, tau = c.tau}
   if c.gate then self.gate = nn.Linear(H, 1) end                -- f_beta
   self.lstm = nn.LSTMCell(E + D, H)                             -- input [E y_{t-1}; z_t]
   if c.deep_output then
@@ -243,6 +292,7 @@ function Captioner:init(o)
     self.out = nn.Linear(H, V)
   end
   rawset(self, "baseline", att.baseline(c.baseline_decay))
+  rawset(self, "entropy_weight", c.entropy)
   if not c.fine_tune then self.encoder:evaluate() end
 end
 
@@ -265,6 +315,19 @@ function Captioner:trainable_parameters()
     if not frozen[p] then out[#out + 1] = p end
   end
   return out
+end
+
+--- cap:set_progress(done) -- hard attention's schedules at the share `done` (0..1) of
+-- training: soft_prob and the entropy weight move linearly from their start values to
+-- soft_prob_end and entropy_end over the first `anneal` share, then stay there.
+function Captioner:set_progress(done)
+  if type(done) ~= "number" or done ~= done then
+    fail(2, "Captioner:set_progress: done must be a number in [0,1], got %s", tostring(done))
+  end
+  local c = self.config
+  local f = math.max(0, math.min(1, done / c.anneal))
+  self.attention.soft_prob = c.soft_prob + (c.soft_prob_end - c.soft_prob) * f
+  rawset(self, "entropy_weight", c.entropy + (c.entropy_end - c.entropy) * f)
 end
 
 --- cap:annotate(images (B,C,H,W)) -> a (B,L,D), h, w: the encoder's annotation grid (no
@@ -377,7 +440,7 @@ end
 ---   -> logits (B,T,V), alphas (B,T,L), state
 -- Teacher forcing: step t reads captions_in[:,t] (<start> w_1 .. w_{T-1}).  state: the
 -- attention state (hard mode: the samples' log-probabilities), betas (B,T) when gated.
-function Captioner:forward(x, captions_in)
+function Captioner:forward(x, captions_in, opts)
   local fname = "Captioner:forward"
   local a = self:_annotations(x, fname, 2)
   captions_in = as_ids(captions_in, "captions_in", fname, 2)
@@ -396,6 +459,7 @@ function Captioner:forward(x, captions_in)
   local xe = glimpse.linear(ey, We, self.lstm.bias_ih)          -- one sgemm for all steps
   local h, c = self:initial_state(a)
   local st = self:_attention_state(a)
+  if opts and opts.use_soft ~= nil then st.use_soft = opts.use_soft end
   local hs, zs, alphas, betas = {}, {}, {}, {}
   for t = 1, T do
     local z, alpha, beta
@@ -450,7 +514,26 @@ function Captioner:loss(x, captions_in, captions_out, mask, opts)
   end
   local a = self:_annotations(x, fname, 2)
   if a.shape[1] ~= B then fail(2, "%s: %d images but %d captions", fname, a.shape[1], B) end
-  local logits, alphas, st = self:forward(a, captions_in)
+  local hard = self.config.attention == "hard" and self.training
+  local use_soft, K = nil, 1
+  if hard then
+    local p = self.attention.soft_prob
+    use_soft = p > 0 and glimpse.rand(1):item() < p              -- one draw per batch
+    if not use_soft and self.config.estimator == "reinforce" then K = self.config.samples end
+  end
+  if K > 1 then                         -- K copies of every caption, rows b*K+1 .. b*K+K
+    local function rep(t)
+      local shape = t.shape
+      local big = {shape[1], K}
+      for d = 2, #shape do big[d + 1] = shape[d] end
+      local flat = {shape[1] * K}
+      for d = 2, #shape do flat[d] = shape[d] end
+      return t:unsqueeze(2):expand(table.unpack(big)):reshape(table.unpack(flat))
+    end
+    a, captions_in, captions_out, mask = rep(a), rep(captions_in), rep(captions_out), rep(mask)
+    B = B * K
+  end
+  local logits, alphas, st = self:forward(a, captions_in, {use_soft = use_soft})
   -- padded targets become <pad> so cross_entropy ignores them whatever the caller's mask says
   local targets = captions_out * mask + (1 - mask) * Vocab.PAD
   local nll = glimpse.cross_entropy(logits:reshape(B * T, V), targets:reshape(B * T),
@@ -467,7 +550,7 @@ function Captioner:loss(x, captions_in, captions_out, mask, opts)
   else
     info.ds = 0
   end
-  if self.config.attention == "hard" and self.training and not st.use_soft then
+  if hard and not st.use_soft and self.config.estimator == "reinforce" then
     local logp, H = self.attention:reinforce_terms(st, mask)
     -- The baseline is kept per word: captions of 8 and of 26 words would otherwise differ
     -- in log p(y|s,a) by their length alone, and that difference (not where the model
@@ -475,8 +558,13 @@ function Captioner:loss(x, captions_in, captions_out, mask, opts)
     -- caption's length, (r_b - b) n_b log p(s_b|a) = (log p(y_b|s,a) - b n_b) log p(s_b|a).
     local len = mask:sum(2)                                     -- (B) words per caption
     local per_word = -nll_seq / len
+    local baseline = self.baseline
+    if self.config.baseline == "loo" then
+      baseline = att.leave_one_out(per_word:reshape(B // K, K)):reshape(B)
+      self.baseline:update(per_word:mean():item())               -- kept for info only
+    end
     local surrogate, rinfo = att.reinforce_loss(per_word, logp * len, {
-      baseline = self.baseline, entropy = H, entropy_weight = self.config.entropy,
+      baseline = baseline, entropy = H, entropy_weight = self.entropy_weight,
       reward_weight = self.config.reward_weight})
     info.reinforce = surrogate:item()
     info.baseline_used = rinfo.baseline
@@ -701,13 +789,14 @@ end
 local OVERLAY_SCALE = 2          -- images are drawn at twice their size (64 -> 128 pixels)
 
 --- cap:overlays(image, alphas (T,L), words, path, {scale=2, alpha=0.6, colormap="jet",
----              normalise="shared", title="image"}) -> path
+---              normalise="shared", title="image", ncol=all}) -> path
 -- A PNG strip: the image, then one attention overlay per word with the word printed under
 -- it.  image: (C,H,W) in [0,1] (the picture as seen, before normalisation) or a file name;
 -- words: a string (split on spaces) or a list with one entry per row of alphas.
 -- normalise="shared": every map is coloured on one scale, 0 .. the largest weight of the
 -- caption, so a sharp map looks sharp and a flat one flat; "each": every map stretched to
--- its own min..max (glimpse.image.overlay's own normalisation).
+-- its own min..max (glimpse.image.overlay's own normalisation).  ncol: panels per row
+-- (a long caption wraps onto more rows instead of making one very wide picture).
 function Captioner:overlays(img, alphas, words, path, opts)
   opts = opts or {}
   local image, viz = glimpse.image, glimpse.viz
@@ -772,7 +861,11 @@ function Captioner:overlays(img, alphas, words, path, opts)
     end
     panels[#panels + 1] = labelled(over, words[t])
   end
-  local strip = image.grid(panels, {ncol = #panels, padding = 2, pad_value = 1})
+  local ncol = opts.ncol or #panels
+  if math.type(ncol) ~= "integer" or ncol < 1 then
+    fail(2, "Captioner:overlays: opts.ncol must be a positive integer, got %s", tostring(opts.ncol))
+  end
+  local strip = image.grid(panels, {ncol = math.min(ncol, #panels), padding = 2, pad_value = 1})
   image.save(path, strip)
   return path
 end
@@ -830,6 +923,25 @@ function M.load(path)
   return cap
 end
 Captioner.load = M.load
+
+--- cap:load_weights(path) -> cap: the weights of a saved captioner (Captioner.load's file),
+-- e.g. a soft model to start hard attention from.  The sizes and the vocabulary must match.
+function Captioner:load_weights(path)
+  local src = M.load(path)
+  local mine, theirs = self.vocab:totable(), src.vocab:totable()
+  for k = 1, math.max(#mine, #theirs) do
+    if mine[k] ~= theirs[k] then
+      fail(2, "Captioner:load_weights: %s was trained with another vocabulary (word %d: %s, here %s)",
+           path, k, tostring(theirs[k]), tostring(mine[k]))
+    end
+  end
+  local ok, err = pcall(self.load_state_dict, self, src:state_dict())
+  if not ok then
+    fail(2, "Captioner:load_weights: %s does not fit this model: %s", path,
+         tostring(err):gsub("^[^:]*:%d+: ", ""))
+  end
+  return self
+end
 
 -- ---------------------------------------------------------------------------------------
 -- shipped models, by name

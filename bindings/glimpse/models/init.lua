@@ -7,6 +7,7 @@
 --   models.PointerNet  models/pointer.lua     Ptr-Net for sort, convex hull, TSP
 --   models.NTM         models/ntm.lua         Neural Turing Machine (and its LSTM baseline)
 --   models.eval        models/eval.lua        evaluators over a model's :decode
+--   models.caption_eval  models/caption_eval.lua  a captioner's test measures (BLEU, in box)
 --
 -- A new model is one file returning a table with its class, and one line in MODELS below.
 local M = {}
@@ -26,5 +27,6 @@ for name, file in pairs(MODELS) do
 end
 
 M.eval = require "glimpse.models.eval"
+M.caption_eval = require "glimpse.models.caption_eval"
 
 return M

@@ -43,7 +43,9 @@ M.Attention = Attention
 -- w_c * coverage inside the additive score), max_len (location score: most positions, 100),
 -- beta (cosine: a fixed key strength; nil: beta = softplus(w^T q + b) learned), soft_prob
 -- (hard mode: probability of using the expected context for a sequence, default 0),
--- hard_eval ("argmax" | "sample" | "soft": what hard mode does in evaluate(), "argmax").
+-- hard_eval ("argmax" | "sample" | "soft": what hard mode does in evaluate(), "argmax"),
+-- estimator ("reinforce": sampled cells and their log-probabilities for a REINFORCE loss;
+-- "gumbel": straight-through Gumbel-softmax with temperature tau (1), no REINFORCE terms).
 -- Forward: ctx (B,Dv), alpha (B,L), state = att(query (B,Dq), keys (B,L,Dk), values
 -- (B,L,Dv) or nil (= keys), mask (B,L) or nil, state or nil).
 function Attention:init(o)
@@ -62,6 +64,8 @@ function Attention:init(o)
   self.normaliser = one_of(o.normaliser or "softmax", {"softmax", "sigmoid"}, "normaliser", cls)
   self.soft_prob = o.soft_prob or 0
   self.hard_eval = one_of(o.hard_eval or "argmax", {"argmax", "sample", "soft"}, "hard_eval", cls)
+  self.estimator = one_of(o.estimator or "reinforce", {"reinforce", "gumbel"}, "estimator", cls)
+  self.tau = o.tau or 1
   self.use_coverage = o.coverage and true or false
   local s = self.score
   if (s == "dot" or s == "scaled_dot") and dq ~= dk then
@@ -197,6 +201,11 @@ function Attention:hard_context(soft_ctx, alpha, values, state)
     state.use_soft = self.soft_prob > 0 and glimpse.rand(1):item() < self.soft_prob
   end
   if state.use_soft then return soft_ctx end
+  if self.estimator == "gumbel" then       -- straight-through: no REINFORCE terms
+    local ctx, idx = att.gumbel_sample(alpha, values, self.tau)
+    state.sample = idx
+    return ctx
+  end
   local ctx, idx, logp, H = att.sample(alpha, values)
   state.sample = idx
   state.logps[state.t] = logp

@@ -1,0 +1,268 @@
+--- glimpse.models.caption_eval -- what a captioning experiment measures on a held-out set
+-- of a caption source (glimpse.data.caption_sources): captions (beam or greedy), BLEU-1..4,
+-- the teacher-forced loss, the attention inside the named item's box, two baselines that
+-- never look at the image, and the overlay strips.
+--
+--   local ce = glimpse.models.caption_eval
+--   local words, alphas = ce.captions(cap, src.test, 3)            -- beam 3
+--   local bleu = ce.bleu(src.test, words)                          -- {b1, b2, b3, b4}
+--   local box = ce.in_box_generated(cap, src.test, words, alphas)  -- {inside=, chance=, n=, per_word}
+--
+-- The captioner runs in evaluation mode without a tape; its training mode is restored.
+local glimpse = require "glimpse"
+local metrics = require "glimpse.metrics"
+local Rng = glimpse.data.Rng
+
+local M = {}
+
+local EVAL_BATCH = 100
+local RECALIBRATE_BATCHES = 50
+local STRIP_COLUMNS = 8          -- 8 panels of a 64 px image drawn at 128 px: about 1050 px
+
+local function range(lo, hi)
+  local out = {}
+  for i = lo, hi do out[#out + 1] = i end
+  return out
+end
+
+-- fn(batch, indices) for each EVAL_BATCH-sized batch of the set, in evaluation mode, no tape
+local function each_batch(cap, set, fn)
+  local was = cap.training
+  cap:evaluate()
+  glimpse.no_grad(function()
+    for lo = 1, set.n, EVAL_BATCH do
+      local idx = range(lo, math.min(set.n, lo + EVAL_BATCH - 1))
+      fn(set.batch(idx), idx)
+    end
+  end)
+  if was then cap:train() end
+end
+
+--- caption_eval.recalibrator(cap, source, {batch=32, seed=1}) -> function() that renews the
+-- encoder's batch-norm statistics from 50 random training batches (weights untouched).
+-- Training batches are bucketed by caption length, which for scenes is the number of
+-- items, so the last batches before an evaluation all look alike and skew the running
+-- statistics; renewing them from unbucketed batches ("precise BN") fixes that.  Does
+-- nothing without batch norm or with a frozen encoder.
+function M.recalibrator(cap, source, opts)
+  opts = opts or {}
+  local has_bn = false
+  for _, m in ipairs(cap.encoder:modules()) do has_bn = has_bn or m.__name:find("BatchNorm") ~= nil end
+  local rng = Rng.new(opts.seed or 1, "caption.recalibrate")
+  local bs = opts.batch or 32
+  return function()
+    if not has_bn or not cap.config.fine_tune then return end
+    local was = cap.training
+    cap:train()
+    glimpse.no_grad(function()
+      for _ = 1, RECALIBRATE_BATCHES do
+        local idx = {}
+        for k = 1, bs do idx[k] = rng:int(1, source.train.n) end
+        cap:annotate(source.random_images(idx))
+      end
+    end)
+    if not was then cap:evaluate() end
+  end
+end
+
+--- caption_eval.loss(cap, set) -> the mean token NLL under teacher forcing
+function M.loss(cap, set)
+  local total, ntok = 0, 0
+  each_batch(cap, set, function(b)
+    local _, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+    total, ntok = total + info.nll * info.tokens, ntok + info.tokens
+  end)
+  return total / math.max(ntok, 1)
+end
+
+--- caption_eval.captions(cap, set, beam) -> words (a string per image), alphas ((T,L) each)
+function M.captions(cap, set, beam)
+  local words, alphas = {}, {}
+  each_batch(cap, set, function(b, idx)
+    local w, _, al = cap:caption(b.images, {beam = beam, list = true})
+    for k, i in ipairs(idx) do words[i], alphas[i] = w[k], al[k] end
+  end)
+  return words, alphas
+end
+
+--- caption_eval.bleu(set, words) -> {BLEU-1, 2, 3, 4} of the captions against set.refs
+function M.bleu(set, words)
+  local refs = {}
+  for i = 1, set.n do refs[i] = set.refs(i) end
+  local b = metrics.bleu(words, refs)
+  return {b[1], b[2], b[3], b[4]}
+end
+
+local function add_score(acc, w, inside, chance)
+  local s = acc.per_word[w] or {inside = 0, chance = 0, n = 0}
+  s.inside, s.chance, s.n = s.inside + inside, s.chance + chance, s.n + 1
+  acc.per_word[w] = s
+  acc.inside, acc.chance, acc.n = acc.inside + inside, acc.chance + chance, acc.n + 1
+end
+
+local function finish(acc)
+  for _, s in pairs(acc.per_word) do s.inside, s.chance = s.inside / s.n, s.chance / s.n end
+  if acc.n > 0 then acc.inside, acc.chance = acc.inside / acc.n, acc.chance / acc.n end
+  return acc
+end
+
+--- caption_eval.in_box_generated(cap, set, words, alphas) -> {inside=, chance=, n=,
+-- per_word = {word = {inside=, chance=, n=}}}: for each word of the model's own caption
+-- that names exactly one item of the scene, the share of its attention inside that item's
+-- box; chance is what a uniform map puts there.  Needs set.has_boxes.
+function M.in_box_generated(cap, set, words, alphas)
+  local acc = {per_word = {}, inside = 0, chance = 0, n = 0}
+  local gh, gw = cap:grid_size(set.height, set.width)
+  for i = 1, set.n do
+    local sc = set.scene(i)
+    local boxes_of = {}                  -- word -> the distinct boxes it names in this scene
+    for t = 1, #sc.tokens do
+      local b = sc.boxes[t]
+      if b then
+        local list = boxes_of[sc.tokens[t]] or {}
+        local seen = false
+        for _, x in ipairs(list) do seen = seen or x == b end
+        if not seen then list[#list + 1] = b end
+        boxes_of[sc.tokens[t]] = list
+      end
+    end
+    local list, gen = {}, {}
+    for w in words[i]:gmatch("%S+") do gen[#gen + 1] = w end
+    for t, w in ipairs(gen) do
+      local c = boxes_of[w]
+      list[t] = (c and #c == 1) and c[1] or false
+    end
+    if #gen > 0 then
+      local inside, chance = metrics.attention_in_box(alphas[i], list, {gh, gw},
+                                                      {set.height, set.width})
+      for t = 1, #gen do
+        if inside[t] then add_score(acc, gen[t], inside[t], chance[t]) end
+      end
+    end
+  end
+  return finish(acc)
+end
+
+--- caption_eval.in_box_teacher_forced(cap, set) -> as in_box_generated, for each item word
+-- of the reference captions, with the attention of the step that predicts it.
+function M.in_box_teacher_forced(cap, set)
+  local acc = {per_word = {}, inside = 0, chance = 0, n = 0}
+  local gh, gw = cap:grid_size(set.height, set.width)
+  each_batch(cap, set, function(b)
+    local _, alphas = cap:forward(b.images, b.captions_in)
+    local boxes, out, arows = b.boxes:totable(), b.captions_out:totable(), alphas:totable()
+    for k = 1, #boxes do
+      local list = {}
+      for t = 1, #boxes[k] do
+        local bx = boxes[k][t]
+        list[t] = bx[3] > 0 and bx or false
+      end
+      local inside, chance = metrics.attention_in_box(arows[k], list, {gh, gw},
+                                                      {set.height, set.width})
+      for t = 1, #list do
+        if inside[t] then add_score(acc, cap.vocab:token(out[k][t]), inside[t], chance[t]) end
+      end
+    end
+  end)
+  return finish(acc)
+end
+
+--- caption_eval.box_line(what, acc) -> one line of text: the in-box share, chance, and per word
+function M.box_line(what, acc)
+  local words, parts = {}, {}
+  for w in pairs(acc.per_word) do words[#words + 1] = w end
+  table.sort(words)
+  for _, w in ipairs(words) do
+    parts[#parts + 1] = string.format("%s %.0f%%", w, 100 * acc.per_word[w].inside)
+  end
+  return string.format("  attention inside the named item's box, %s: %.1f%% of the mass " ..
+                       "(chance %.1f%%) over %d item words; per word: %s", what,
+                       100 * acc.inside, 100 * acc.chance, acc.n, table.concat(parts, ", "))
+end
+
+--- caption_eval.baselines(source, set, seed) -> {bag_of_words = bleu, random_caption = bleu,
+-- bag_caption = text}: the BLEU of two captioners that never look at the image: the most
+-- frequent words, each as often as it appears in an average caption; and a random
+-- training caption per image.
+function M.baselines(source, set, seed)
+  local counts, total_len, n = {}, 0, 0
+  local train_caps = source.train_captions()
+  for _, c in ipairs(train_caps) do
+    for w in c:gmatch("%S+") do counts[w] = (counts[w] or 0) + 1 end
+    total_len, n = total_len + select(2, c:gsub("%S+", "")), n + 1
+  end
+  local order = {}
+  for w in pairs(counts) do order[#order + 1] = w end
+  table.sort(order, function(a, b)
+    if counts[a] ~= counts[b] then return counts[a] > counts[b] end
+    return a < b
+  end)
+  local len = math.floor(total_len / math.max(n, 1) + 0.5)
+  local bag = {}
+  for _, w in ipairs(order) do
+    local k = math.max(1, math.floor(counts[w] / n + 0.5))
+    for _ = 1, k do if #bag < len then bag[#bag + 1] = w end end
+  end
+  local bag_caption = table.concat(bag, " ")
+  local rng = Rng.new(seed or 1, "caption.baseline")
+  local bag_words, random_words = {}, {}
+  for i = 1, set.n do
+    bag_words[i] = bag_caption
+    random_words[i] = train_caps[rng:int(1, #train_caps)]
+  end
+  return {bag_of_words = M.bleu(set, bag_words), random_caption = M.bleu(set, random_words),
+          bag_caption = bag_caption}
+end
+
+local function pct(b)
+  return string.format("%.1f / %.1f / %.1f / %.1f", 100 * b[1], 100 * b[2], 100 * b[3], 100 * b[4])
+end
+
+--- caption_eval.test(cap, source, {beam=3, seed=1}) -> r: every measure of the test set:
+-- r.words, r.alphas (the beam captions and their maps), r.bleu, r.bleu_greedy, r.loss,
+-- r.baselines (caption_eval.baselines), r.in_box and r.in_box_teacher_forced (sets with
+-- boxes), r.lines (the summary as text lines) and r.samples (one line per image: index,
+-- caption, references).
+function M.test(cap, source, opts)
+  opts = opts or {}
+  local set, beam = source.test, opts.beam or 3
+  local r = {}
+  r.words, r.alphas = M.captions(cap, set, beam)
+  r.bleu, r.bleu_greedy = M.bleu(set, r.words), M.bleu(set, (M.captions(cap, set, 1)))
+  r.loss, r.baselines = M.loss(cap, set), M.baselines(source, set, opts.seed)
+  local base = r.baselines
+  r.lines = {string.format("test (%d images): BLEU-1..4 %s with beam %d (greedy %s); test loss %.3f",
+                           set.n, pct(r.bleu), beam, pct(r.bleu_greedy), r.loss),
+             string.format("  baselines without the image: bag of words %s (\"%s\"), random " ..
+                           "training caption %s", pct(base.bag_of_words), base.bag_caption,
+                           pct(base.random_caption))}
+  if set.has_boxes then
+    r.in_box = M.in_box_generated(cap, set, r.words, r.alphas)
+    r.in_box_teacher_forced = M.in_box_teacher_forced(cap, set)
+    r.lines[3] = M.box_line("generated captions", r.in_box)
+    r.lines[4] = M.box_line("teacher forcing", r.in_box_teacher_forced)
+  end
+  r.samples = {}
+  for i = 1, set.n do
+    r.samples[i] = string.format("%d\t%s\t| %s", i, r.words[i], table.concat(set.refs(i), " | "))
+  end
+  return r
+end
+
+--- caption_eval.overlays(cap, set, words, alphas, dir, n) -> rows: for the first n images,
+-- overlay_<i>.png in dir (the image, then each word's attention map, 8 to a row) and a row {i=, png=,
+-- words=, refs=, bleu=} describing it.
+function M.overlays(cap, set, words, alphas, dir, n)
+  local rows = {}
+  for i = 1, math.min(n, set.n) do
+    local png = string.format("overlay_%d.png", i)
+    local list = {}
+    for w in words[i]:gmatch("%S+") do list[#list + 1] = w end
+    cap:overlays(set.display(i), alphas[i], list, dir .. "/" .. png, {ncol = STRIP_COLUMNS})
+    rows[i] = {i = i, png = png, words = words[i], refs = set.refs(i),
+               bleu = metrics.bleu({words[i]}, {set.refs(i)})}
+  end
+  return rows
+end
+
+return M
