@@ -232,6 +232,56 @@ function workloads.W4()
 end
 
 -- ---------------------------------------------------------------------------------------
+-- W5: CNN feature extraction, inference: a batch of 8 RGB 224x224 images through VGG-16 or
+-- ResNet-18 (glimpse.models, torchvision's layouts and names, classifier left out) to the
+-- annotation grid a captioner attends over (VGG-16: conv5_3 after its ReLU, 14x14x512;
+-- ResNet-18: layer4, 7x7x512), in evaluation mode under no_grad.  The grid is the check:
+-- the PyTorch side compares its own with it (relative to the largest magnitude).
+
+local function cnn_grid(arch)
+  return function()
+    local enc = glimpse.models[arch]{classifier = false}:evaluate()
+    local images = input("images", glimpse.rand(8, 3, 224, 224))
+    return enc, function()
+      return glimpse.no_grad(function() return (enc:grid(images)) end)
+    end, {inference = true, check = function(out) return {output = out:clone()} end}
+  end
+end
+workloads["W5-vgg16"] = cnn_grid("vgg16")
+workloads["W5-resnet18"] = cnn_grid("resnet18")
+
+-- ---------------------------------------------------------------------------------------
+-- W6: captioning throughput: a Show, Attend and Tell captioner for the scenes set (the small
+-- CNN encoder on 64x64 grey scenes, soft additive attention, gate, deep output: the
+-- Captioner's defaults) decoding 64 test scenes with beam 3 (max_len 30) in one call.  The
+-- weights are the seeded initial ones (no training: the speed is the same), with the
+-- attention's v drawn at random so the maps are not uniform.  The check: the greedy (beam 1)
+-- captions, which the PyTorch side must reproduce token for token.
+
+workloads.W6 = function()
+  local scenes = require "datasets.scenes"
+  local cap = glimpse.models.Captioner{vocab = scenes.vocab(),
+                                       encoder = {name = "small", in_channels = 1}}
+  reinit(cap.attention.v, 1 / math.sqrt(cap.config.dim_att))
+  cap:evaluate()
+  local ds = scenes.generate{split = "test", n = 64, seed = 1}
+  local images = input("images", ds.images)
+  local max_len = cap.config.max_len
+  return cap, function()
+    return cap:caption(images, {beam = 3})
+  end, {inference = true, check = function()
+    local _, toks = cap:caption(images, {beam = 1})
+    local rows = {}
+    for b, t in ipairs(toks) do
+      local r = {}
+      for i = 1, max_len do r[i] = t[i] or 0 end         -- 1-based ids, 0 after the end
+      rows[b] = r
+    end
+    return {greedy = glimpse.tensor(rows)}
+  end, items = 64}
+end
+
+-- ---------------------------------------------------------------------------------------
 -- S1, S2: one matrix product, no autograd
 
 local function sgemm(m, k, n)
@@ -260,14 +310,27 @@ local function main()
   if not make then error("unknown workload " .. tostring(W)) end
   if THREADS then glimpse.set_num_threads(THREADS) end
   glimpse.manual_seed(1234)
-  local model, step_fn = make()
-  if SAVE then
+  local model, step_fn, how = make()
+  how = how or {}
+  local loss1, one, bucket
+  if how.inference then
+    one = step_fn
+    local out = one()
+    loss1 = glimpse.is_tensor(out) and out:sum():item() or 0
+    if SAVE then
+      local t = model:state_dict()
+      for n, x in pairs(inputs) do t["input." .. n] = x end
+      for n, x in pairs(how.check(out)) do t["check." .. n] = x end
+      glimpse.save(SAVE, t)
+    end
+  elseif SAVE then
     local t = model and model:state_dict() or {}
     for n, x in pairs(inputs) do t["input." .. n] = x end
     glimpse.save(SAVE, t)
   end
-  local loss1, one, bucket
-  if not model then
+  if how.inference then
+    -- one() is the inference call itself; loss1 is the sum of its output
+  elseif not model then
     one = step_fn
     loss1 = one():sum():item()
   else
@@ -317,7 +380,8 @@ local function main()
                          allreduce_ms_per_step = DIST and comm_s * 1000 / STEPS or nil,
                          bucket_allreduce_ms = bucket_ms,
                          bucket_mb = bucket and bucket.flat:numel() * 4 / 2 ^ 20 or nil,
-                         steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads()}),
+                         steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads(),
+                         items = how.items}),
            "\n")
 end
 

@@ -821,6 +821,7 @@ int luaopen_glimpse(lua_State *L) {
   lg_open_rnn(L, mod, mi);
   lg_open_optim(L, mod, mi);
   lg_open_dist(L, mod, mi);
+  lg_open_profile(L, mod, mi);
 
   lua_pushvalue(L, mi);
   lua_setfield(L, mt, "__methods");          /* for the REPL's completion */
