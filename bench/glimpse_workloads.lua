@@ -4,10 +4,16 @@
 --   {"side":"glimpse","workload":W,"loss1":<first-step loss>,"ms_per_step":..,"steps":..,
 --    "cpu_ms_per_step":..,"vmhwm_kb":..,"threads":..}
 -- Usage: glimpse bench/glimpse_workloads.lua W STEPS [--save PATH] [--threads N] [--dist]
+--                                               [--profile]
 --   --save PATH writes the seeded initial weights (the model's state_dict) and the inputs
 --   (as "input.<name>") to PATH (safetensors) so the PyTorch side (bench/torch_workloads.py)
 --   starts from exactly the same numbers.
 --   --threads N sets the BLAS thread count (default: glimpse's own default).
+--   --profile: after the timed steps, run at least STEPS more (and at least 2 s) with
+--   glimpse.cpu_profile sampling every 200 us and glimpse.blas_profile counting, and add
+--   "profile" to the JSON line: the share of the samples in each category (blas, memory,
+--   engine, lua, other; see bindings/l_profile.c), the glimpse functions seen most, and the
+--   BLAS wrapper's own count of calls, seconds and GFLOP/s.
 --   --dist (W1, W2; under mpirun, see bench/scaling.lua): data parallel over the ranks; the
 --   batch stays the global one, each rank takes its block of rows and the gradients are
 --   averaged in one allreduce per step (glimpse.dist.GradBucket); rank 0 prints.
@@ -22,9 +28,10 @@ local nn = glimpse.nn
 local cjson = require "cjson"
 
 local W, STEPS = arg[1], tonumber(arg[2] or "10")
-local SAVE, THREADS, DIST
+local SAVE, THREADS, DIST, PROFILE
 for i = 3, #arg do
   if arg[i] == "--save" then SAVE = arg[i + 1] end
+  if arg[i] == "--profile" then PROFILE = true end
   if arg[i] == "--threads" then THREADS = tonumber(arg[i + 1]) end
   if arg[i] == "--dist" then DIST = true end
 end
@@ -375,13 +382,32 @@ local function main()
     bucket_ms = s * 1000 / REPEATS
   end
   if rank ~= 0 then return end
+  local prof
+  if PROFILE then
+    glimpse.blas_profile(true)
+    glimpse.cpu_profile(true, 200)
+    local t, n = glimpse.clock(), 0
+    repeat one(); n = n + 1 until n >= STEPS and glimpse.clock() - t >= 2
+    local wall = glimpse.clock() - t
+    local p = glimpse.cpu_profile(false)
+    local b = glimpse.blas_profile(false)
+    local total = math.max(p.samples, 1)
+    prof = {steps = n, ms_per_step = wall * 1000 / n, samples = p.samples, top = p.top,
+            blas_calls_per_step = b.calls / n, blas_ms_per_step = b.seconds * 1000 / n,
+            blas_gflops = b.seconds > 0 and b.flops / b.seconds / 1e9 or nil,
+            blas_share_timed = b.seconds / wall}
+    for _, c in ipairs({"blas", "memory", "engine", "lua", "other"}) do
+      prof[c] = p[c] / total
+    end
+    for _, f in ipairs(p.top) do f.share = f.samples / total end
+  end
   io.write(cjson.encode({side = "glimpse", workload = W, loss1 = loss1, ms_per_step = ms,
                          cpu_ms_per_step = cpu_ms, ranks = size,
                          allreduce_ms_per_step = DIST and comm_s * 1000 / STEPS or nil,
                          bucket_allreduce_ms = bucket_ms,
                          bucket_mb = bucket and bucket.flat:numel() * 4 / 2 ^ 20 or nil,
                          steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads(),
-                         items = how.items}),
+                         items = how.items, profile = prof}),
            "\n")
 end
 

@@ -225,6 +225,32 @@ if scaling then
   return
 end
 
+-- the --profile table: per workload, the share of its step's wall-clock time in each
+-- category (glimpse.cpu_profile's samples), the BLAS wrapper's own timing, the top functions
+local function profile_table(results)
+  local lines = {"| work         | BLAS (matrix products) | memory traffic | engine (elementwise, "
+                 .. "reductions, ...) | Lua + bindings | other | BLAS ms/step (GFLOP/s) | "
+                 .. "glimpse functions seen most |",
+                 "|---|---|---|---|---|---|---|---|"}
+  for _, r in ipairs(results) do
+    local p = r.profile
+    if p and p.samples then
+      local top = {}
+      for i = 1, math.min(3, #p.top) do
+        top[i] = string.format("%s %.0f%%", p.top[i].name, 100 * p.top[i].share)
+      end
+      lines[#lines + 1] = string.format("| %-12s | %5.1f%% | %5.1f%% | %5.1f%% | %5.1f%% | %5.1f%% "
+        .. "| %.2f (%s) | %s |", r.workload, 100 * p.blas, 100 * p.memory, 100 * p.engine,
+        100 * p.lua, 100 * p.other, p.blas_ms_per_step,
+        p.blas_gflops and string.format("%.0f", p.blas_gflops) or "-", table.concat(top, ", "))
+    elseif p then
+      lines[#lines + 1] = string.format("| %-12s | profile failed: %s |", r.workload,
+                                        tostring(p.error))
+    end
+  end
+  return table.concat(lines, "\n")
+end
+
 local load_start = loadavg()
 local results = {}
 for _, w in ipairs(WORKLOADS) do

@@ -10,9 +10,8 @@
  * timer, ITIMER_PROF, fires only every few tens of milliseconds on the virtual machines this
  * was written on: too coarse for a step of 10 ms.)  Reading the profile sorts the addresses and names each one:
  * the shared object it lies in (OpenBLAS, the Lua interpreter, libc, libm, the glimpse
- * executable or module) and, inside glimpse, the function (dladdr1; the executable exports
- * its symbols with -Wl,-E, and a static function shows as the nearest exported one before it,
- * in the same source file).  The categories:
+ * executable or module) and, inside glimpse, the function (from the object file's own ELF
+ * symbol table, static functions included, read once when a profile is first read).  The categories:
  *   blas      OpenBLAS (the matrix products)
  *   memory    libc's memcpy/memmove/memset and the allocator, and glimpse functions that
  *             only move data (copy, contiguous, cat, stack, gather, index, transpose, ...)
@@ -34,8 +33,9 @@
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
 #define GL_PROFILER 1
-#include <dlfcn.h>
+#include <elf.h>
 #include <link.h>
+#include <stdio.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -66,8 +66,9 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc) {
 
 /* the executable segments of every loaded object, with its category */
 typedef struct {
-  uintptr_t lo, hi;
+  uintptr_t lo, hi, base;
   int cat;      /* CAT_* or -1: glimpse itself (named per function) */
+  char path[256];
 } segment_t;
 static segment_t segs[256];
 static int nsegs;
@@ -88,18 +89,95 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *data) {
   for (int i = 0; i < info->dlpi_phnum && nsegs < (int)(sizeof segs / sizeof *segs); i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    segs[nsegs].lo = info->dlpi_addr + ph->p_vaddr;
-    segs[nsegs].hi = segs[nsegs].lo + ph->p_memsz;
-    segs[nsegs].cat = object_cat(info->dlpi_name);
-    nsegs++;
+    segment_t *g = &segs[nsegs++];
+    g->base = info->dlpi_addr;
+    g->lo = info->dlpi_addr + ph->p_vaddr;
+    g->hi = g->lo + ph->p_memsz;
+    g->cat = object_cat(info->dlpi_name);
+    snprintf(g->path, sizeof g->path, "%s",
+             info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "/proc/self/exe");
   }
   return 0;
 }
 
-static int segment_cat(uintptr_t ip) {
+/* the functions of glimpse's own object (executable or module), from its ELF symbol table */
+typedef struct {
+  uintptr_t lo, hi;
+  const char *name;
+} func_t;
+static func_t *funcs;
+static int nfuncs;
+static char *strtab_copy;
+static char funcs_path[256];
+
+static int cmp_func(const void *a, const void *b) {
+  uintptr_t x = ((const func_t *)a)->lo, y = ((const func_t *)b)->lo;
+  return x < y ? -1 : x > y;
+}
+
+static void load_functions(const segment_t *g) {
+  if (funcs && !strcmp(funcs_path, g->path)) return;
+  free(funcs), free(strtab_copy);
+  funcs = NULL, strtab_copy = NULL, nfuncs = 0;
+  snprintf(funcs_path, sizeof funcs_path, "%s", g->path);
+  FILE *f = fopen(g->path, "rb");
+  if (!f) return;
+  char *buf = NULL;
+  long n = -1;
+  if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) > (long)sizeof(ElfW(Ehdr)) && !fseek(f, 0, SEEK_SET)) {
+    buf = malloc((size_t)n);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) free(buf), buf = NULL;
+  }
+  fclose(f);
+  if (!buf) return;
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)buf;
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_shoff == 0 ||
+      eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) > (size_t)n) { free(buf); return; }
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(buf + eh->e_shoff);
+  int pick = -1;
+  for (int i = 0; i < eh->e_shnum; i++)
+    if (sh[i].sh_type == SHT_SYMTAB || (pick < 0 && sh[i].sh_type == SHT_DYNSYM)) pick = i;
+  if (pick < 0 || sh[pick].sh_link >= eh->e_shnum) { free(buf); return; }
+  const ElfW(Shdr) *st = &sh[pick], *str = &sh[st->sh_link];
+  if (st->sh_offset + st->sh_size > (size_t)n || str->sh_offset + str->sh_size > (size_t)n) {
+    free(buf);
+    return;
+  }
+  size_t nsym = st->sh_size / sizeof(ElfW(Sym));
+  const ElfW(Sym) *sym = (const ElfW(Sym) *)(buf + st->sh_offset);
+  funcs = malloc((nsym + 1) * sizeof *funcs);
+  strtab_copy = malloc(str->sh_size + 1);
+  if (!funcs || !strtab_copy) { free(buf); return; }
+  memcpy(strtab_copy, buf + str->sh_offset, str->sh_size);
+  strtab_copy[str->sh_size] = 0;
+  for (size_t i = 0; i < nsym; i++) {
+    if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC || !sym[i].st_size || !sym[i].st_value) continue;
+    if (sym[i].st_name >= str->sh_size) continue;
+    func_t *fn = &funcs[nfuncs++];
+    fn->lo = g->base + sym[i].st_value;
+    fn->hi = fn->lo + sym[i].st_size;
+    fn->name = strtab_copy + sym[i].st_name;
+  }
+  free(buf);
+  qsort(funcs, (size_t)nfuncs, sizeof *funcs, cmp_func);
+}
+
+/* the glimpse function holding ip, or NULL */
+static const func_t *function_at(uintptr_t ip) {
+  int lo = 0, hi = nfuncs - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (ip < funcs[mid].lo) hi = mid - 1;
+    else if (ip >= funcs[mid].hi) lo = mid + 1;
+    else return &funcs[mid];
+  }
+  return NULL;
+}
+
+static const segment_t *segment_at(uintptr_t ip) {
   for (int i = 0; i < nsegs; i++)
-    if (ip >= segs[i].lo && ip < segs[i].hi) return segs[i].cat;
-  return CAT_OTHER;
+    if (ip >= segs[i].lo && ip < segs[i].hi) return &segs[i];
+  return NULL;
 }
 
 /* a glimpse function's category from its name */
@@ -108,7 +186,7 @@ static int function_cat(const char *name) {
   if (!strncmp(name, "l_", 2) || !strncmp(name, "lg_", 3) || !strncmp(name, "luaopen", 7))
     return CAT_LUA;
   static const char *movers[] = {"copy", "contig", "_cat", "stack", "gather", "scatter",
-                                 "index", "transpose", "permute", "narrow", "expand", "clone",
+                                 "index", "transpose", "permute", "narrow", "expand", "clone", "reshape",
                                  "pad", "im2col", "col2im", "memcpy", "alloc", "free", NULL};
   for (int i = 0; movers[i]; i++)
     if (strstr(name, movers[i])) return CAT_MEMORY;
@@ -146,33 +224,26 @@ static int push_profile(lua_State *L) {
   int nfns = 0, capfns = 0;
   if (n > 0) {
     qsort(samples, (size_t)n, sizeof *samples, cmp_ip);
-    uintptr_t lo = 1, hi = 0;    /* the glimpse function the previous sample lay in */
+    const func_t *prev = NULL;
     int cur = -1;
     for (int64_t i = 0; i < n; i++) {
       uintptr_t ip = samples[i];
-      int cat = segment_cat(ip);
-      if (cat >= 0) { counts[cat]++; continue; }
-      if (!(ip >= lo && ip < hi)) {
-        Dl_info di;
-        const ElfW(Sym) *sym = NULL;
-        const char *name = NULL;
-        lo = ip, hi = ip + 1;
-        if (dladdr1((void *)ip, &di, (void **)&sym, RTLD_DL_SYMENT) && di.dli_sname) {
-          name = di.dli_sname;
-          lo = (uintptr_t)di.dli_saddr;
-          /* a static function after it: the next sample starts a new lookup */
-          hi = sym && sym->st_size ? lo + sym->st_size : ip + 1;
-          if (ip >= hi) hi = ip + 1, lo = ip;
-        }
+      const segment_t *g = segment_at(ip);
+      if (!g || g->cat >= 0) { counts[g ? g->cat : CAT_OTHER]++; continue; }
+      if (!prev || ip < prev->lo || ip >= prev->hi || cur < 0) {
+        load_functions(g);
+        const func_t *fn = function_at(ip);
+        const char *name = fn ? fn->name : NULL;
+        prev = fn;
         cur = -1;
         for (int k = 0; k < nfns; k++)
-          if (fns[k].name == name || (name && fns[k].name && !strcmp(fns[k].name, name))) cur = k;
+          if (fns[k].name == name) cur = k;
         if (cur < 0) {
           if (nfns == capfns) {
             capfns = capfns ? 2 * capfns : 64;
-            fn_count_t *g = realloc(fns, (size_t)capfns * sizeof *fns);
-            if (!g) { free(fns); return luaL_error(L, "cpu_profile: out of memory"); }
-            fns = g;
+            fn_count_t *more = realloc(fns, (size_t)capfns * sizeof *fns);
+            if (!more) { free(fns); return luaL_error(L, "cpu_profile: out of memory"); }
+            fns = more;
           }
           fns[nfns] = (fn_count_t){name, 0, function_cat(name)};
           cur = nfns++;
