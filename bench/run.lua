@@ -253,6 +253,19 @@ end
 
 local load_start = loadavg()
 local results = {}
+
+-- bench/results.json, rewritten after every workload (partial = true until the run ends, so
+-- a long run cut short keeps what it measured)
+local function write_results(list, load_end, partial)
+  local tmp = "bench/results.json.tmp"
+  local out = assert(io.open(tmp, "w"))
+  out:write(cjson.encode({quick = quick, rounds = ROUNDS, loss_rtol = LOSS_RTOL,
+                          out_rtol = OUT_RTOL, loadavg_start = load_start,
+                          loadavg_end = load_end, partial = partial, cpu_avx512 = AVX512,
+                          torch_configs_searched = TORCH_CONFIGS, results = list}), "\n")
+  out:close()
+  assert(os.rename(tmp, "bench/results.json"))
+end
 for _, w in ipairs(WORKLOADS) do
   if selected(w.name) then
     local steps = quick and w.steps[2] or w.steps[1]
@@ -326,6 +339,7 @@ for _, w in ipairs(WORKLOADS) do
       if r.torch_ms then r.torch_gflops = w.flops / (r.torch_ms * 1e6) end
     end
     results[#results + 1] = r
+    write_results(results, loadavg(), true)
   end
 end
 
@@ -374,10 +388,5 @@ end
 local load_end = loadavg()
 print(string.format("load average (1, 5, 15 min): %s before, %s after", la(load_start),
                     la(load_end)))
-local out = io.open("bench/results.json", "w")
-out:write(cjson.encode({quick = quick, rounds = ROUNDS, loss_rtol = LOSS_RTOL,
-                        out_rtol = OUT_RTOL, loadavg_start = load_start, loadavg_end = load_end,
-                        cpu_avx512 = AVX512, torch_configs_searched = TORCH_CONFIGS,
-                        results = results}), "\n")
-out:close()
+write_results(results, load_end, false)
 print("wrote bench/results.json")
