@@ -223,6 +223,8 @@ static int push_profile(lua_State *L) {
   fn_count_t *fns = NULL;
   int nfns = 0, capfns = 0;
   if (n > 0) {
+    nsegs = 0;                           /* again: OpenBLAS may have been loaded meanwhile */
+    dl_iterate_phdr(add_object, NULL);
     qsort(samples, (size_t)n, sizeof *samples, cmp_ip);
     const func_t *prev = NULL;
     int cur = -1;
@@ -303,8 +305,6 @@ static int l_cpu_profile(lua_State *L) {
     if (running) stop_timer();
     if (!samples && !(samples = malloc(MAX_SAMPLES * sizeof *samples)))
       return luaL_error(L, "cpu_profile: out of memory");
-    nsegs = 0;
-    dl_iterate_phdr(add_object, NULL);   /* OpenBLAS is loaded by now if a product ran */
     nsamples = dropped = 0;
     interval_us = (long)us;
     struct sigaction sa;
