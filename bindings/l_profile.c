@@ -17,7 +17,7 @@
  *             only move data (copy, contiguous, cat, stack, gather, index, transpose, ...)
  *   engine    every other glimpse engine function (elementwise, reductions, softmax,
  *             attention, convolution transforms, LSTM gates, optimizers) and libm
- *   lua       the Lua interpreter, its libraries and the bindings' glue (l_* / lg_*)
+ *   lua       the Lua interpreter, its libraries and the bindings' glue (l_*, lg_*, m_*)
  *   other     the rest (the kernel's vDSO, the dynamic loader, addresses in no object)
  * x86-64 Linux with glibc only (the interrupted address comes from the signal's ucontext);
  * elsewhere glimpse.cpu_profile says it is unavailable.
@@ -183,7 +183,8 @@ static const segment_t *segment_at(uintptr_t ip) {
 /* a glimpse function's category from its name */
 static int function_cat(const char *name) {
   if (!name) return CAT_ENGINE;
-  if (!strncmp(name, "l_", 2) || !strncmp(name, "lg_", 3) || !strncmp(name, "luaopen", 7))
+  if (!strncmp(name, "l_", 2) || !strncmp(name, "lg_", 3) || !strncmp(name, "m_", 2) ||
+      !strncmp(name, "luaopen", 7))  /* the bindings: module functions, tensor methods */
     return CAT_LUA;
   static const char *movers[] = {"copy", "contig", "_cat", "stack", "gather", "scatter",
                                  "index", "transpose", "permute", "narrow", "expand", "clone", "reshape",
