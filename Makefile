@@ -158,9 +158,15 @@ check-warnings:
 clean:
 	rm -rf build build-asan build-warn build-fuzz
 
-# side-by-side benchmark against PyTorch 1.13 on the CPU (needs python3-torch for /usr/bin/python3)
+# side-by-side benchmark against PyTorch 1.13 on the CPU (needs python3-torch, and
+# python3-torchvision for W5, for /usr/bin/python3); --profile adds where glimpse's time goes
+BENCH_PKGS := python3-torch python3-torchvision
 bench: all
-	@dpkg-query -W -f='$${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch; \
-	  else echo "python3-torch is missing (run as root or install it)"; exit 1; fi; }
-	$(BUILD)/glimpse bench/run.lua $(BENCH_ARGS)
+	@missing=""; for p in $(BENCH_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
+	  else echo "missing:$$missing (run as root or install them)"; exit 1; fi; \
+	fi
+	$(BUILD)/glimpse bench/run.lua --profile $(BENCH_ARGS)

@@ -4,10 +4,16 @@
 --   {"side":"glimpse","workload":W,"loss1":<first-step loss>,"ms_per_step":..,"steps":..,
 --    "cpu_ms_per_step":..,"vmhwm_kb":..,"threads":..}
 -- Usage: glimpse bench/glimpse_workloads.lua W STEPS [--save PATH] [--threads N] [--dist]
+--                                               [--profile]
 --   --save PATH writes the seeded initial weights (the model's state_dict) and the inputs
 --   (as "input.<name>") to PATH (safetensors) so the PyTorch side (bench/torch_workloads.py)
 --   starts from exactly the same numbers.
 --   --threads N sets the BLAS thread count (default: glimpse's own default).
+--   --profile: after the timed steps, run at least STEPS more (and at least 2 s) with
+--   glimpse.cpu_profile sampling every 200 us and glimpse.blas_profile counting, and add
+--   "profile" to the JSON line: the share of the samples in each category (blas, memory,
+--   engine, lua, other; see bindings/l_profile.c), the glimpse functions seen most, and the
+--   BLAS wrapper's own count of calls, seconds and GFLOP/s.
 --   --dist (W1, W2; under mpirun, see bench/scaling.lua): data parallel over the ranks; the
 --   batch stays the global one, each rank takes its block of rows and the gradients are
 --   averaged in one allreduce per step (glimpse.dist.GradBucket); rank 0 prints.
@@ -22,9 +28,10 @@ local nn = glimpse.nn
 local cjson = require "cjson"
 
 local W, STEPS = arg[1], tonumber(arg[2] or "10")
-local SAVE, THREADS, DIST
+local SAVE, THREADS, DIST, PROFILE
 for i = 3, #arg do
   if arg[i] == "--save" then SAVE = arg[i + 1] end
+  if arg[i] == "--profile" then PROFILE = true end
   if arg[i] == "--threads" then THREADS = tonumber(arg[i + 1]) end
   if arg[i] == "--dist" then DIST = true end
 end
@@ -232,6 +239,60 @@ function workloads.W4()
 end
 
 -- ---------------------------------------------------------------------------------------
+-- W5: CNN feature extraction, inference: a batch of 8 RGB 224x224 images through VGG-16 or
+-- ResNet-18 (glimpse.models, torchvision's layouts and names, classifier left out) to the
+-- annotation grid a captioner attends over (VGG-16: conv5_3 after its ReLU, 14x14x512;
+-- ResNet-18: layer4, 7x7x512), in evaluation mode under no_grad.  The grid is the check:
+-- the PyTorch side compares its own with it (relative to the largest magnitude).
+
+local function cnn_grid(arch)
+  return function()
+    local enc = glimpse.models[arch]{classifier = false}:evaluate()
+    local images = input("images", glimpse.rand(8, 3, 224, 224))
+    return enc, function()
+      return glimpse.no_grad(function() return (enc:grid(images)) end)
+    end, {inference = true, check = function(out) return {output = out:clone()} end}
+  end
+end
+workloads["W5-vgg16"] = cnn_grid("vgg16")
+workloads["W5-resnet18"] = cnn_grid("resnet18")
+
+-- ---------------------------------------------------------------------------------------
+-- W6: captioning throughput: a Show, Attend and Tell captioner for the scenes set (the small
+-- CNN encoder on 64x64 grey scenes, soft additive attention, gate, deep output: the
+-- Captioner's defaults) decoding 64 test scenes with beam 3 (max_len 16) in one call.  The
+-- weights are the seeded initial ones (no training: the speed is the same for the same
+-- caption lengths), with the attention's v drawn at random so the maps are not uniform and
+-- <end> made unlikely so that every caption is 16 words long.  The check: the greedy (beam 1)
+-- captions, which the PyTorch side must reproduce token for token.
+
+workloads.W6 = function()
+  local scenes = require "datasets.scenes"
+  local cap = glimpse.models.Captioner{vocab = scenes.vocab(), max_len = 16,
+                                       encoder = {name = "small", in_channels = 1}}
+  reinit(cap.attention.v, 1 / math.sqrt(cap.config.dim_att))
+  -- an untrained model says <end> after a word or two; with <end>'s output bias lowered every
+  -- caption runs to max_len, 16 words, about a scene caption's length
+  glimpse.no_grad(function() cap.out.bias[glimpse.data.Vocab.END] = -20 end)
+  cap:evaluate()
+  local ds = scenes.generate{split = "test", n = 64, seed = 1}
+  local images = input("images", ds.images)
+  local max_len = cap.config.max_len
+  return cap, function()
+    return cap:caption(images, {beam = 3})
+  end, {inference = true, check = function()
+    local _, toks = cap:caption(images, {beam = 1})
+    local rows = {}
+    for b, t in ipairs(toks) do
+      local r = {}
+      for i = 1, max_len do r[i] = t[i] or 0 end         -- 1-based ids, 0 after the end
+      rows[b] = r
+    end
+    return {greedy = glimpse.tensor(rows)}
+  end, items = 64}
+end
+
+-- ---------------------------------------------------------------------------------------
 -- S1, S2: one matrix product, no autograd
 
 local function sgemm(m, k, n)
@@ -260,14 +321,27 @@ local function main()
   if not make then error("unknown workload " .. tostring(W)) end
   if THREADS then glimpse.set_num_threads(THREADS) end
   glimpse.manual_seed(1234)
-  local model, step_fn = make()
-  if SAVE then
+  local model, step_fn, how = make()
+  how = how or {}
+  local loss1, one, bucket
+  if how.inference then
+    one = step_fn
+    local out = one()
+    loss1 = glimpse.is_tensor(out) and out:sum():item() or 0
+    if SAVE then
+      local t = model:state_dict()
+      for n, x in pairs(inputs) do t["input." .. n] = x end
+      for n, x in pairs(how.check(out)) do t["check." .. n] = x end
+      glimpse.save(SAVE, t)
+    end
+  elseif SAVE then
     local t = model and model:state_dict() or {}
     for n, x in pairs(inputs) do t["input." .. n] = x end
     glimpse.save(SAVE, t)
   end
-  local loss1, one, bucket
-  if not model then
+  if how.inference then
+    -- one() is the inference call itself; loss1 is the sum of its output
+  elseif not model then
     one = step_fn
     loss1 = one():sum():item()
   else
@@ -312,12 +386,32 @@ local function main()
     bucket_ms = s * 1000 / REPEATS
   end
   if rank ~= 0 then return end
+  local prof
+  if PROFILE then
+    glimpse.blas_profile(true)
+    glimpse.cpu_profile(true, 200)
+    local t, n = glimpse.clock(), 0
+    repeat one(); n = n + 1 until n >= STEPS and glimpse.clock() - t >= 2
+    local wall = glimpse.clock() - t
+    local p = glimpse.cpu_profile(false)
+    local b = glimpse.blas_profile(false)
+    local total = math.max(p.samples, 1)
+    prof = {steps = n, ms_per_step = wall * 1000 / n, samples = p.samples, top = p.top,
+            blas_calls_per_step = b.calls / n, blas_ms_per_step = b.seconds * 1000 / n,
+            blas_gflops = b.seconds > 0 and b.flops / b.seconds / 1e9 or nil,
+            blas_share_timed = b.seconds / wall}
+    for _, c in ipairs({"blas", "memory", "engine", "lua", "other"}) do
+      prof[c] = p[c] / total
+    end
+    for _, f in ipairs(p.top) do f.share = f.samples / total end
+  end
   io.write(cjson.encode({side = "glimpse", workload = W, loss1 = loss1, ms_per_step = ms,
                          cpu_ms_per_step = cpu_ms, ranks = size,
                          allreduce_ms_per_step = DIST and comm_s * 1000 / STEPS or nil,
                          bucket_allreduce_ms = bucket_ms,
                          bucket_mb = bucket and bucket.flat:numel() * 4 / 2 ^ 20 or nil,
-                         steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads()}),
+                         steps = STEPS, vmhwm_kb = vmhwm(), threads = glimpse.get_num_threads(),
+                         items = how.items, profile = prof}),
            "\n")
 end
 

@@ -27,16 +27,22 @@ local cjson = require "cjson"
 local LOSS_RTOL = 1e-4
 local PYTHON = "/usr/bin/python3"
 
-local quick, only, scaling = false, nil, false
+local quick, only, scaling, profile = false, nil, false, false
 do
   local i = 1
   while i <= #arg do
     if arg[i] == "--quick" then quick = true
     elseif arg[i] == "--only" then only = arg[i + 1]; i = i + 1
     elseif arg[i] == "--scaling" then scaling = true
-    else error("usage: glimpse bench/run.lua [--quick] [--only W] [--scaling]", 0) end
+    elseif arg[i] == "--profile" then profile = true
+    else error("usage: glimpse bench/run.lua [--quick] [--only W] [--scaling] [--profile]", 0) end
     i = i + 1
   end
+end
+
+-- --only W5 picks W5-vgg16 and W5-resnet18 as well as a name given in full
+local function selected(name)
+  return not only or name == only or name:sub(1, #only + 1) == only .. "-"
 end
 
 local GLIMPSE = arg[-1] or "build/glimpse"
@@ -50,6 +56,32 @@ local function fl_decoder(B, T, L, demb, dmem, hid, att, V)
             + 2 * B * (hid + dmem) * V                            -- output layer
   return T * per + 2 * B * L * dmem * att                         -- keys once
 end
+-- FLOPs (2 per multiply-add) of the convolutions of one 224x224 image through VGG-16 to its
+-- conv5_3 grid, and through ResNet-18 to layer4 (downsampling convolutions included)
+local function conv_flops_vgg16()
+  local cfg = {64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512}
+  local f, c, s = 0, 3, 224
+  for _, v in ipairs(cfg) do
+    if v == "M" then s = s // 2 else f = f + 2 * s * s * c * v * 9; c = v end
+  end
+  return f
+end
+local function conv_flops_resnet18()
+  local f = 2 * 112 * 112 * 3 * 64 * 49                     -- conv1 7x7 stride 2
+  local c, s = 64, 56
+  for i = 1, 4 do
+    local planes = 64 << (i - 1)
+    if i > 1 then
+      s = s // 2
+      f = f + 2 * s * s * c * planes                         -- the 1x1 downsample
+    end
+    f = f + 2 * s * s * 9 * (c * planes + 3 * planes * planes)   -- two blocks, two convs each
+    c = planes
+  end
+  return f
+end
+local OUT_RTOL = 1e-4     -- W5: max |difference| / max |value| of the grids
+
 local WORKLOADS = {
   {name = "W1", what = "seq2seq BiLSTM+additive attention, B64 T20", steps = {10, 3},
    flops = 3 * (2 * (2 * 64 * 20 * (64 + 128) * 512) + fl_decoder(64, 20, 20, 64, 256, 256, 256, 32))},
@@ -61,11 +93,41 @@ local WORKLOADS = {
                 + 4 * 128 * 10 * 10 * 128)},
   {name = "W4", what = "multi-head self-attention B32 T64 D256 h8", steps = {20, 5},
    flops = 3 * (2 * 32 * 64 * 256 * 768 + 2 * 2 * 32 * 64 * 64 * 256 + 2 * 32 * 64 * 256 * 256)},
+  {name = "W5-vgg16", what = "VGG-16 features to the 14x14 grid, B8 224x224, inference",
+   steps = {2, 1}, rounds = 1, flops = 8 * conv_flops_vgg16(), check = "output",
+   rtol = OUT_RTOL},
+  {name = "W5-resnet18", what = "ResNet-18 trunk to the 7x7 grid, B8 224x224, inference",
+   steps = {3, 1}, rounds = 1, flops = 8 * conv_flops_resnet18(), check = "output",
+   rtol = OUT_RTOL},
+  {name = "W6", what = "scenes captioner, 64 images, beam 3 (captions/s)", steps = {2, 1},
+   rounds = 2, check = "greedy", rtol = 0},
   {name = "S1", what = "sgemm 512x512x512", steps = {200, 50}, flops = 2 * 512 ^ 3},
   {name = "S2", what = "sgemm M64 K512 N128", steps = {2000, 500}, flops = 2 * 64 * 512 * 128},
 }
 
 local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- The PyTorch configurations searched per workload (each in its own process, the fastest
+-- kept): OpenBLAS's AVX-512 kernels where the CPU has AVX-512 (glimpse picks them for
+-- itself, engine/blas.c), with PyTorch's default kernel dispatch and with
+-- ATEN_CPU_CAPABILITY=avx512.  Inside each process torch_workloads.py also picks the best of
+-- 1 and 2 threads, and of the contiguous and channels_last layouts for convolutions, with
+-- oneDNN on.
+local function cpu_has_avx512()
+  local f = io.open("/proc/cpuinfo")
+  if not f then return false end
+  local s = f:read("a")
+  f:close()
+  return s:find("avx512f", 1, true) ~= nil
+end
+local AVX512 = cpu_has_avx512()
+local TORCH_CONFIGS = {
+  {name = "default dispatch", env = AVX512 and "OPENBLAS_CORETYPE=SkylakeX" or ""},
+}
+if AVX512 then
+  TORCH_CONFIGS[2] = {name = "ATEN_CPU_CAPABILITY=avx512",
+                      env = "OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512"}
+end
 
 -- run a command, return (table decoded from its last JSON line) or (nil, error text)
 local function run_json(cmd)
@@ -163,45 +225,111 @@ if scaling then
   return
 end
 
+-- the --profile table: per workload, the share of its step's wall-clock time in each
+-- category (glimpse.cpu_profile's samples), the BLAS wrapper's own timing, the top functions
+local function profile_table(results)
+  local lines = {"| work         | BLAS (matrix products) | memory traffic | engine (elementwise, "
+                 .. "reductions, ...) | Lua + bindings | other | BLAS ms/step (GFLOP/s) | "
+                 .. "glimpse functions seen most |",
+                 "|---|---|---|---|---|---|---|---|"}
+  for _, r in ipairs(results) do
+    local p = r.profile
+    if p and p.samples then
+      local top = {}
+      for i = 1, math.min(3, #p.top) do
+        top[i] = string.format("%s %.0f%%", p.top[i].name, 100 * p.top[i].share)
+      end
+      lines[#lines + 1] = string.format("| %-12s | %5.1f%% | %5.1f%% | %5.1f%% | %5.1f%% | %5.1f%% "
+        .. "| %.2f (%s) | %s |", r.workload, 100 * p.blas, 100 * p.memory, 100 * p.engine,
+        100 * p.lua, 100 * p.other, p.blas_ms_per_step,
+        p.blas_gflops and string.format("%.0f", p.blas_gflops) or "-", table.concat(top, ", "))
+    elseif p then
+      lines[#lines + 1] = string.format("| %-12s | profile failed: %s |", r.workload,
+                                        tostring(p.error))
+    end
+  end
+  return table.concat(lines, "\n")
+end
+
 local load_start = loadavg()
 local results = {}
+
+-- bench/results.json, rewritten after every workload (partial = true until the run ends, so
+-- a long run cut short keeps what it measured)
+local function write_results(list, load_end, partial)
+  local tmp = "bench/results.json.tmp"
+  local out = assert(io.open(tmp, "w"))
+  out:write(cjson.encode({quick = quick, rounds = ROUNDS, loss_rtol = LOSS_RTOL,
+                          out_rtol = OUT_RTOL, loadavg_start = load_start,
+                          loadavg_end = load_end, partial = partial, cpu_avx512 = AVX512,
+                          torch_configs_searched = TORCH_CONFIGS, results = list}), "\n")
+  out:close()
+  assert(os.rename(tmp, "bench/results.json"))
+end
 for _, w in ipairs(WORKLOADS) do
-  if not only or only == w.name then
+  if selected(w.name) then
     local steps = quick and w.steps[2] or w.steps[1]
+    local rounds = quick and 1 or (w.rounds or ROUNDS)
     local wfile = os.tmpname() .. ".safetensors"
-    local r = {workload = w.name, what = w.what, steps = steps}
-    io.stderr:write(string.format("%s: %s, %d steps x %d rounds\n", w.name, w.what, steps, ROUNDS))
-    for round = 1, ROUNDS do
+    local r = {workload = w.name, what = w.what, steps = steps, rounds = rounds}
+    io.stderr:write(string.format("%s: %s, %d steps x %d rounds, PyTorch in %d configurations\n",
+                                  w.name, w.what, steps, rounds, #TORCH_CONFIGS))
+    for round = 1, rounds do
       local gcmd = string.format("%s bench/glimpse_workloads.lua %s %d%s", sh_quote(GLIMPSE),
                                  w.name, steps, round == 1 and (" --save " .. wfile) or "")
       local g, gerr = run_json(gcmd)
       if not g then r.skipped = "glimpse: " .. gerr; break end
-      local tcmd = string.format("%s bench/torch_workloads.py %s %d %s", PYTHON, w.name, steps, wfile)
-      local t, terr = run_json(tcmd)
-      if not t then r.torch_error = terr end
-      if round == 1 then
-        r.glimpse_loss1 = g.loss1
-        if t then
-          r.torch_loss1 = t.loss1
-          r.loss_rel_diff = math.abs(g.loss1 - t.loss1) / math.max(math.abs(t.loss1), 1e-12)
-          r.same_loss = r.loss_rel_diff <= LOSS_RTOL
-        end
-      end
+      if round == 1 then r.glimpse_loss1 = g.loss1 end
       if not r.glimpse_ms or g.ms_per_step < r.glimpse_ms then
         r.glimpse_ms, r.glimpse_cpu_ms = g.ms_per_step, g.cpu_ms_per_step
       end
       r.glimpse_vmhwm_kb = math.max(r.glimpse_vmhwm_kb or 0, g.vmhwm_kb or 0)
-      r.glimpse_threads = g.threads
-      if t then
-        if not r.torch_ms or t.ms_per_step < r.torch_ms then
-          r.torch_ms, r.torch_threads, r.torch_cpu_ms = t.ms_per_step, t.threads, t.cpu_ms_per_step
+      r.glimpse_threads, r.items = g.threads, g.items
+      for _, tc in ipairs(TORCH_CONFIGS) do
+        local tcmd = string.format("env %s %s bench/torch_workloads.py %s %d %s", tc.env, PYTHON,
+                                   w.name, steps, wfile)
+        local t, terr = run_json(tcmd)
+        if not t then r.torch_error = terr end
+        if t and r.torch_loss1 == nil then
+          r.torch_loss1 = t.loss1
+          if w.check then          -- W5, W6: the PyTorch side compared the outputs itself
+            r.out_rel_diff = t.out_rel_diff
+            r.same_loss = t.out_rel_diff <= w.rtol
+            r.greedy_differ = t.greedy_differ
+          else
+            r.loss_rel_diff = math.abs(g.loss1 - t.loss1) / math.max(math.abs(t.loss1), 1e-12)
+            r.same_loss = r.loss_rel_diff <= LOSS_RTOL
+          end
         end
-        r.torch_vmhwm_kb = math.max(r.torch_vmhwm_kb or 0, t.vmhwm_kb or 0)
-        r.torch_version = t.torch
+        if t then
+          tc.ms = math.min(tc.ms or math.huge, t.ms_per_step)
+          if not r.torch_ms or t.ms_per_step < r.torch_ms then
+            r.torch_ms, r.torch_threads, r.torch_cpu_ms = t.ms_per_step, t.threads, t.cpu_ms_per_step
+            r.torch_config = t.config
+            r.torch_config.env = tc.env
+          end
+          r.torch_vmhwm_kb = math.max(r.torch_vmhwm_kb or 0, t.vmhwm_kb or 0)
+          r.torch_version = t.torch
+        end
       end
+    end
+    r.torch_config_ms = {}
+    for _, tc in ipairs(TORCH_CONFIGS) do
+      r.torch_config_ms[tc.name] = tc.ms
+      tc.ms = nil
+    end
+    if profile and not r.skipped then
+      local pcmd = string.format("%s bench/glimpse_workloads.lua %s %d --profile",
+                                 sh_quote(GLIMPSE), w.name, steps)
+      local g, gerr = run_json(pcmd)
+      r.profile = g and g.profile or {error = gerr}
     end
     os.remove(wfile)
     if r.glimpse_ms and r.torch_ms then r.ratio = r.glimpse_ms / r.torch_ms end
+    if r.items then        -- W6: captions per second
+      r.glimpse_per_s = r.glimpse_ms and r.items * 1000 / r.glimpse_ms
+      r.torch_per_s = r.torch_ms and r.items * 1000 / r.torch_ms
+    end
     if r.glimpse_cpu_ms and r.torch_cpu_ms and r.torch_cpu_ms > 0 then
       r.cpu_ratio = r.glimpse_cpu_ms / r.torch_cpu_ms
     end
@@ -211,23 +339,25 @@ for _, w in ipairs(WORKLOADS) do
       if r.torch_ms then r.torch_gflops = w.flops / (r.torch_ms * 1e6) end
     end
     results[#results + 1] = r
+    write_results(results, loadavg(), true)
   end
 end
 
 -- the table
 local function f(fmt, x) return x and string.format(fmt, x) or "-" end
-local hdr = string.format("| %-4s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
-  "work", "glimpse ms", "PyTorch ms (t)", "ratio", "cpu ratio", "GFLOP/s gl/pt", "glimpse MiB",
+local hdr = string.format("| %-12s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
+  "work        ", "glimpse ms", "PyTorch ms (t)", "ratio", "cpu ratio", "GFLOP/s gl/pt", "glimpse MiB",
   "PyTorch MiB", "same loss")
 print(hdr)
 print((hdr:gsub("[^|]", "-")))
 for _, r in ipairs(results) do
   if r.skipped then
-    print(string.format("| %-4s | skipped: %s", r.workload, r.skipped))
+    print(string.format("| %-12s | skipped: %s", r.workload, r.skipped))
   else
-    local same = r.same_loss == nil and "-" or
-      string.format("%s %.0e", r.same_loss and "yes" or "NO", r.loss_rel_diff)
-    print(string.format("| %-4s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
+    local same = r.same_loss == nil and "-" or r.greedy_differ and
+      string.format("%s %d/%d", r.same_loss and "yes" or "NO", r.greedy_differ, r.items) or
+      string.format("%s %.0e", r.same_loss and "yes" or "NO", r.loss_rel_diff or r.out_rel_diff)
+    print(string.format("| %-12s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
       r.workload, f("%.2f", r.glimpse_ms),
       r.torch_ms and string.format("%.2f (%d)", r.torch_ms, r.torch_threads) or "failed",
       f("%.2f", r.ratio), f("%.2f", r.cpu_ratio),
@@ -237,13 +367,26 @@ for _, r in ipairs(results) do
   end
   if r.torch_error then print("  PyTorch error (" .. r.workload .. "): " .. r.torch_error) end
 end
+for _, r in ipairs(results) do
+  if r.torch_config then
+    local c = r.torch_config
+    print(string.format("PyTorch %-12s %s, %s kernels, %d thread%s, %s%s", r.workload .. ":",
+                        c.env ~= "" and c.env or "(no variables)", c.cpu_capability, c.threads,
+                        c.threads == 1 and "" or "s", c.layout,
+                        c.mkldnn_enabled and ", oneDNN on" or ""))
+  end
+  if r.glimpse_per_s then
+    print(string.format("%s: glimpse %.1f captions/s, PyTorch %s captions/s", r.workload,
+                        r.glimpse_per_s, f("%.1f", r.torch_per_s)))
+  end
+end
+if profile then
+  print()
+  print(profile_table(results))
+end
 
 local load_end = loadavg()
 print(string.format("load average (1, 5, 15 min): %s before, %s after", la(load_start),
                     la(load_end)))
-local out = io.open("bench/results.json", "w")
-out:write(cjson.encode({quick = quick, rounds = ROUNDS, loss_rtol = LOSS_RTOL,
-                        loadavg_start = load_start, loadavg_end = load_end,
-                        results = results}), "\n")
-out:close()
+write_results(results, load_end, false)
 print("wrote bench/results.json")

@@ -7,6 +7,7 @@
  * files, nowhere else.
  */
 #include "lglimpse.h"
+#include "blas_profile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -646,6 +647,28 @@ static int l_blas_info(lua_State *L) {
   return 1;
 }
 
+/* glimpse.blas_profile([on]) -> {enabled, calls, seconds, flops}: with a boolean, first turns
+ * the BLAS wrapper's counters on (zeroing them) or off; then reads them (engine/blas.c) */
+static int l_blas_profile(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) {
+    if (!lua_isboolean(L, 1))
+      return luaL_error(L, "blas_profile: argument #1 (on) must be a boolean or nil, got %s",
+                        luaL_typename(L, 1));
+    gl_blas_profile_enable(lua_toboolean(L, 1));
+  }
+  gl_blas_profile_t p = gl_blas_profile_read();
+  lua_createtable(L, 0, 4);
+  lua_pushboolean(L, gl_blas_profile_enabled());
+  lua_setfield(L, -2, "enabled");
+  lua_pushinteger(L, (lua_Integer)p.calls);
+  lua_setfield(L, -2, "calls");
+  lua_pushnumber(L, p.seconds);
+  lua_setfield(L, -2, "seconds");
+  lua_pushnumber(L, p.flops);
+  lua_setfield(L, -2, "flops");
+  return 1;
+}
+
 /* wall-clock seconds from a monotonic clock, for timing and progress lines */
 static int l_clock(lua_State *L) {
   struct timespec ts;
@@ -814,7 +837,8 @@ static const luaL_Reg module_fns[] = {
     {"no_grad", l_no_grad},   {"set_grad_enabled", l_set_grad_enabled},
     {"is_grad_enabled", l_is_grad_enabled},
     {"memory", l_memory},     {"empty_cache", l_empty_cache},
-    {"blas_info", l_blas_info}, {"set_num_threads", l_set_num_threads},
+    {"blas_info", l_blas_info}, {"blas_profile", l_blas_profile},
+    {"set_num_threads", l_set_num_threads},
     {"get_num_threads", l_get_num_threads}, {"clock", l_clock},
     {"_isatty", l_isatty},    {"_fault", l_fault},
     {NULL, NULL}};
@@ -855,6 +879,7 @@ int luaopen_glimpse(lua_State *L) {
   lg_open_rnn(L, mod, mi);
   lg_open_optim(L, mod, mi);
   lg_open_dist(L, mod, mi);
+  lg_open_profile(L, mod, mi);
 
   lua_pushvalue(L, mi);
   lua_setfield(L, mt, "__methods");          /* for the REPL's completion */

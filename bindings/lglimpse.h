@@ -81,5 +81,6 @@ void lg_open_data(lua_State *L, int module_idx, int methods_idx);     /* l_data.
 void lg_open_rnn(lua_State *L, int module_idx, int methods_idx);      /* l_rnn.c */
 void lg_open_optim(lua_State *L, int module_idx, int methods_idx);    /* l_optim.c */
 void lg_open_dist(lua_State *L, int module_idx, int methods_idx);     /* l_dist.c */
+void lg_open_profile(lua_State *L, int module_idx, int methods_idx);  /* l_profile.c */
 
 #endif

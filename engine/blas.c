@@ -26,12 +26,14 @@
  */
 #define _GNU_SOURCE
 #include "glimpse.h"
+#include "blas_profile.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
 
@@ -150,6 +152,25 @@ static void threads_for(int M, int N, int K) {
   }
 }
 
+/* profiling (blas_profile.h): off unless glimpse.blas_profile(true) turned it on */
+static int prof_on;
+static gl_blas_profile_t prof;
+
+void gl_blas_profile_enable(int on) {
+  prof_on = on != 0;
+  if (prof_on) prof = (gl_blas_profile_t){0, 0, 0};
+}
+
+int gl_blas_profile_enabled(void) { return prof_on; }
+
+gl_blas_profile_t gl_blas_profile_read(void) { return prof; }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* callers have run gl_blas_init() (the matmul ops do, and report its failure) */
 void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
@@ -160,8 +181,14 @@ void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
     return;
   }
   threads_for(M, N, K);
+  double t0 = prof_on ? now_s() : 0;
   p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B, ldb,
           beta, C, ldc);
+  if (prof_on) {
+    prof.seconds += now_s() - t0;
+    prof.calls++;
+    prof.flops += 2.0 * M * N * K;
+  }
 }
 
 void gl_sgemm_batched(int ta, int tb, int batch, int M, int N, int K, float alpha,

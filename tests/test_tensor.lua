@@ -320,4 +320,53 @@ function T.test_products_agree_on_one_and_two_threads_small_and_large()
   glimpse.set_num_threads(before)
 end
 
+function T.test_blas_profile_counts_products_only_while_on()
+  local a, b = glimpse.randn(64, 32), glimpse.randn(32, 16)
+  local p = glimpse.blas_profile(true)
+  lu.assertTrue(p.enabled)
+  lu.assertEquals(p.calls, 0)
+  a:matmul(b)
+  a:matmul(b)
+  p = glimpse.blas_profile(false)
+  lu.assertFalse(p.enabled)
+  lu.assertEquals(p.calls, 2)
+  lu.assertEquals(p.flops, 2 * (2 * 64 * 32 * 16))
+  lu.assertTrue(p.seconds > 0)
+  a:matmul(b)                                   -- off: the counters stay as they were
+  lu.assertEquals(glimpse.blas_profile().calls, 2)
+  lu.assertErrorMsgContains("blas_profile: argument #1 (on) must be a boolean",
+                            glimpse.blas_profile, 1)
+end
+
+function T.test_cpu_profile_samples_and_names_where_the_time_went()
+  lu.assertErrorMsgContains("cpu_profile: argument #1 (on) must be a boolean",
+                            glimpse.cpu_profile, "yes")
+  lu.assertErrorMsgContains("interval_us", glimpse.cpu_profile, true, 1)
+  local a = glimpse.randn(256, 256)
+  a:matmul(a)
+  glimpse.cpu_profile(true, 200)
+  local t = glimpse.clock()
+  local p
+  repeat
+    a:matmul(a)
+    local x = (a * 2):tanh()
+    local _ = x + 1
+    p = glimpse.cpu_profile()                   -- read without stopping
+  until p.samples >= 50 or glimpse.clock() - t > 5
+  p = glimpse.cpu_profile(false)
+  lu.assertTrue(p.samples >= 20, "samples " .. p.samples)
+  local sum = 0
+  for _, c in ipairs({"blas", "memory", "engine", "lua", "other"}) do
+    lu.assertTrue(p[c] >= 0)
+    sum = sum + p[c]
+  end
+  lu.assertEquals(sum, p.samples)
+  lu.assertTrue(p.blas + p.engine > 0, "no sample in OpenBLAS or the engine")
+  lu.assertAlmostEquals(p.interval_s, 200e-6, 1e-12)
+  for _, f in ipairs(p.top) do
+    lu.assertIsString(f.name)
+    lu.assertTrue(f.samples >= 1)
+  end
+end
+
 return T
