@@ -709,6 +709,7 @@ static const char *const lazy[][2] = {
     {"metrics", "glimpse.metrics"}, {"captioner", "glimpse.captioner"},
     {"train", "glimpse.train"},   {"experiment", "glimpse.experiment"},
     {"report", "glimpse.report"}, {"repl", "glimpse.repl"},
+    {"compare", "glimpse.compare"},
     {NULL, NULL}};
 
 static const char *const lazy_fns[][2] = {
