@@ -141,4 +141,70 @@ function H.write_file(p, s)
   f:close()
 end
 
+-- ---------------------------------------------------------------------------------------
+-- pages in a browser
+
+--- H.find_chromium() -> the path of chromium (Debian package chromium), or nil
+function H.find_chromium()
+  for _, name in ipairs({"chromium", "chromium-browser"}) do
+    local p = io.popen("command -v " .. name .. " 2>/dev/null")
+    local path = p:read("l")
+    p:close()
+    if path and path ~= "" then return path end
+  end
+  return nil
+end
+
+--- H.BROWSER_CHECK: a script to add to a page (page:html) that writes, once the page has
+--- loaded, a line "CHECK images=N broken=K [srcs] scrollWidth= innerWidth= bodyScrollWidth= END"
+H.BROWSER_CHECK = [[<script>
+window.addEventListener("load", function () {
+  var imgs = document.images, bad = [];
+  for (var i = 0; i < imgs.length; i++) {
+    if (!imgs[i].complete || imgs[i].naturalWidth === 0) bad.push(imgs[i].getAttribute("src"));
+  }
+  var out = document.createElement("pre");
+  out.id = "checks";
+  out.textContent = "CHECK images=" + imgs.length + " broken=" + bad.length + " [" + bad.join(",") +
+    "] scrollWidth=" + document.documentElement.scrollWidth + " innerWidth=" + window.innerWidth +
+    " bodyScrollWidth=" + document.body.scrollWidth + " END";
+  document.body.appendChild(out);
+});
+</script>]]
+
+--- H.browser_check(page, window) -> {images=, broken=, scroll=, inner=, body=, line=}: loads
+--- the HTML file `page` (which carries H.BROWSER_CHECK) in headless Chromium at a window
+--- `window` px wide and reads the check line back.  Without chromium the test fails under
+--- CI=true and is skipped elsewhere.
+function H.browser_check(page, window)
+  local chromium = H.find_chromium()
+  if not chromium then
+    if os.getenv("CI") == "true" then
+      lu.fail("chromium is not installed (Debian package chromium; make test installs it)")
+    end
+    lu.skip("chromium is not installed (Debian package chromium): browser check skipped")
+  end
+  local d = page:match("^(.*)/[^/]*$") or "."
+  local profile = d .. "/chromium-profile"
+  os.execute("mkdir -p " .. H.sh_quote(profile))
+  local cmd = string.format("timeout 120 %s --headless --no-sandbox --disable-gpu --disable-quic "
+                            .. "--no-first-run --disable-background-networking "
+                            .. "--disable-component-update --disable-sync --user-data-dir=%s "
+                            .. "--window-size=%d,900 --virtual-time-budget=5000 --dump-dom "
+                            .. "file://%s 2>%s/chromium-stderr.txt",
+                            H.sh_quote(chromium), H.sh_quote(profile), window, H.sh_quote(page),
+                            H.sh_quote(d))
+  local p = io.popen(cmd)
+  local dom = p:read("a")
+  p:close()
+  local line = dom:match("<pre id=\"checks\">(.-)</pre>")
+  lu.assertNotNil(line, "no check line in the DOM; chromium said: "
+                  .. (H.read_file(d .. "/chromium-stderr.txt") or ""):sub(1, 2000))
+  return {line = line, images = tonumber(line:match("images=(%d+)")),
+          broken = tonumber(line:match("broken=(%d+)")),
+          inner = tonumber(line:match("innerWidth=(%d+)")),
+          scroll = tonumber(line:match(" scrollWidth=(%d+)")),
+          body = tonumber(line:match("bodyScrollWidth=(%d+)"))}
+end
+
 return H

@@ -8,6 +8,7 @@ local lu = require "luaunit"
 local glimpse = require "glimpse"
 local report = glimpse.report
 local util = glimpse.util
+local helpers = require "tests.helpers"
 
 local T = {}
 
@@ -91,16 +92,6 @@ end
 -- ---------------------------------------------------------------------------------------
 -- the page in a browser
 
-local function find_chromium()
-  for _, name in ipairs({"chromium", "chromium-browser"}) do
-    local p = io.popen("command -v " .. name .. " 2>/dev/null")
-    local path = p:read("l")
-    p:close()
-    if path and path ~= "" then return path end
-  end
-  return nil
-end
-
 -- a page with everything that could run off the side
 local function write_page(d)
   for i = 1, 6 do
@@ -125,54 +116,18 @@ local function write_page(d)
   for s = 1, 50 do a[s] = {s * 10, 2 / s} b[s] = {s * 10, 1.5 / s + 0.1} end
   page:chart({{name = "train", points = a}, {name = "valid", points = b}},
              {title = "learning curve", xlabel = "step", ylabel = "loss", width = 1600})
-  page:html([[<script>
-window.addEventListener("load", function () {
-  var imgs = document.images, bad = [];
-  for (var i = 0; i < imgs.length; i++) {
-    if (!imgs[i].complete || imgs[i].naturalWidth === 0) bad.push(imgs[i].getAttribute("src"));
-  }
-  var out = document.createElement("pre");
-  out.id = "checks";
-  out.textContent = "CHECK images=" + imgs.length + " broken=" + bad.length + " [" + bad.join(",") +
-    "] scrollWidth=" + document.documentElement.scrollWidth + " innerWidth=" + window.innerWidth +
-    " bodyScrollWidth=" + document.body.scrollWidth + " END";
-  document.body.appendChild(out);
-});
-</script>]])
+  page:html(helpers.BROWSER_CHECK)
   return page:write(d .. "/index.html")
 end
 
 function T.test_page_in_headless_chromium_loads_every_image_and_fits_1280px()
-  local chromium = find_chromium()
-  if not chromium then
-    if os.getenv("CI") == "true" then
-      lu.fail("chromium is not installed (Debian package chromium; make test installs it)")
-    end
-    lu.skip("chromium is not installed (Debian package chromium): browser check skipped")
-  end
   local d = tmpdir("browser")
-  local page = write_page(d)
-  local profile = d .. "/profile"
-  util.mkdir_p(profile)
-  local cmd = string.format("timeout 120 %s --headless --no-sandbox --disable-gpu --disable-quic "
-                            .. "--no-first-run --disable-background-networking "
-                            .. "--disable-component-update --disable-sync --user-data-dir=%s "
-                            .. "--window-size=%d,900 --virtual-time-budget=5000 --dump-dom "
-                            .. "file://%s 2>%s/stderr.txt",
-                            util.shell_quote(chromium), util.shell_quote(profile), WINDOW,
-                            util.shell_quote(page), util.shell_quote(d))
-  local p = io.popen(cmd)
-  local dom = p:read("a")
-  p:close()
-  local line = dom:match("<pre id=\"checks\">(.-)</pre>")
-  lu.assertNotNil(line, "no check line in the DOM; chromium said: "
-                  .. util.read_text(d .. "/stderr.txt"):sub(1, 2000))
-  local images = tonumber(line:match("images=(%d+)"))
-  lu.assertEquals(images, 7, line)
-  lu.assertEquals(tonumber(line:match("broken=(%d+)")), 0, line)
-  lu.assertEquals(tonumber(line:match("innerWidth=(%d+)")), WINDOW, line)
-  lu.assertTrue(tonumber(line:match(" scrollWidth=(%d+)")) <= WINDOW, line)
-  lu.assertTrue(tonumber(line:match("bodyScrollWidth=(%d+)")) <= WINDOW, line)
+  local c = helpers.browser_check(write_page(d), WINDOW)
+  lu.assertEquals(c.images, 7, c.line)
+  lu.assertEquals(c.broken, 0, c.line)
+  lu.assertEquals(c.inner, WINDOW, c.line)
+  lu.assertTrue(c.scroll <= WINDOW, c.line)
+  lu.assertTrue(c.body <= WINDOW, c.line)
 end
 
 return T
