@@ -18,12 +18,12 @@ local glimpse = require "glimpse"
 local experiment, compare, util = glimpse.experiment, glimpse.compare, glimpse.util
 
 local QUICK_MECHANISMS = "additive/soft,dot/soft,general/local-m,general/local-p," ..
-                         "location/soft,additive/monotonic,rnnenc,transformer"
+                         "additive/monotonic,rnnenc,transformer"
 
 local parser = experiment.parser("compare", "Compare attention mechanisms on tasks that " ..
                                  "separate them.", {
   steps = compare.DEFAULTS.steps, eval_every = compare.DEFAULTS.eval_every,
-  quick = {steps = 500, mechanisms = QUICK_MECHANISMS, tasks = "reversal", seeds = 2,
+  quick = {steps = 400, mechanisms = QUICK_MECHANISMS, tasks = "reversal", seeds = 2,
            train_n = 4000, valid_n = 100, test_n = 50, test_lengths = "10,20,30,50",
            eval_every = 100}})
 parser:option("--mechanisms", "comma list of score/mode[+sup], rnnenc, transformer, " ..

@@ -117,4 +117,27 @@ function T.test_same_grid_twice_gives_the_same_table_resumes_and_reports_failure
   helpers.rmdir(base)
 end
 
+function T.test_the_script_runs_a_tiny_grid_and_skips_invalid_pairs()
+  local d = helpers.tmpdir() .. "/out"
+  local exe = arg and arg[-1] or "build/glimpse"
+  local cmd = string.format("%s scripts/compare.lua --mechanisms dot/soft,dot/location,rnnenc "
+                            .. "--tasks lookup --seeds 1 --steps 4 --eval-every 2 --train-n 32 "
+                            .. "--valid-n 4 --test-n 4 --test-lengths 8,24 --hidden 8 --jobs 2 "
+                            .. "--out %s 2>&1", helpers.sh_quote(exe), helpers.sh_quote(d))
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  lu.assertTrue(p:close(), out)
+  lu.assertStrContains(out, "skipping dot/location")
+  lu.assertStrContains(out, "2 results, 0 failed")
+  local r = util.read_json(d .. "/results.json")
+  lu.assertEquals(#r.results, 2)
+  lu.assertEquals(r.skipped[1].mechanism, "dot/location")
+  lu.assertTrue(util.exists(d .. "/index.html") and util.exists(d .. "/results.md"))
+  p = io.popen(string.format("%s scripts/compare.lua --mechanisms dot/nowhere --out %s 2>&1",
+                             helpers.sh_quote(exe), helpers.sh_quote(d)))
+  out = p:read("a")
+  lu.assertNotEquals(p:close(), true)
+  lu.assertStrContains(out, "unknown mode 'nowhere'")
+end
+
 return T

@@ -48,7 +48,7 @@ M.MECHANISMS = {"additive/soft", "dot/soft", "general/soft", "location/soft", "c
 --- configuration of a grid shares.  An unknown key is an error.
 M.DEFAULTS = {steps = 800, batch = 32, lr = 3e-3, clip = 5, emb = 16, hidden = 64,
               attn_hidden = 32, window = 3, kernel = 3, supervise = 0.5, d_model = 32,
-              heads = 4, layers = 2, ff = 64, transformer_lr = 1e-3, train_n = 10000,
+              heads = 4, layers = 2, ff = 64, transformer_lr = 3e-3, train_n = 10000,
               valid_n = 200, test_n = 100, test_lengths = {10, 20, 30, 40, 50},
               eval_every = 100, heatmap_length = 20, data_seed = 1}
 
@@ -300,7 +300,7 @@ function M.run_config(c)
              params = experiment.count_params(model),
              train_seconds = history.seconds,
              ms_per_step = 1000 * history.seconds / math.max(1, history.steps),
-             curve = {}, accuracy_by_length = {}}
+             curve = {}, accuracy_by_length = {}, config = c}
   for _, e in ipairs(history.evals) do
     r.curve[#r.curve + 1] = {e.step, e.accuracy}
     if not r.steps_to_90 and e.accuracy >= 0.9 then r.steps_to_90 = e.step end
