@@ -37,17 +37,6 @@ local OPTIONS = {"dataset", "src_vocab", "tgt_vocab", "task", "emb", "hidden", "
                  "coverage", "coverage_penalty", "max_src", "hard_eval", "filters", "kernel",
                  "length_penalty", "attention", "supervise"}
 
--- a Vocab, a full id list (specials first, as vocab:totable() gives) or a token list
-local function make_vocab(v, key, level)
-  if type(v) ~= "table" then
-    C.fail(level + 1, "%s: option '%s' must be a vocabulary (datasets/vocab.lua) or a token list, " ..
-                      "got %s (or pass dataset=)", CLS, key, type(v))
-  end
-  if v.itos and v.stoi then return v end
-  if v[1] == Vocab.SPECIALS[1] then return Vocab.from_list(v) end
-  return Vocab.new(v)
-end
-
 local Seq2Seq = nn.Module:extend("Seq2Seq")
 M.Seq2Seq = Seq2Seq
 
@@ -70,12 +59,7 @@ function Seq2Seq:init(o)
     C.fail(3, "%s: expected an options table {dataset=, score=, mode=, ...}, got %s", CLS, type(o))
   end
   C.known_keys(CLS, o, OPTIONS, 3)
-  local ds = o.dataset
-  if ds ~= nil and (type(ds) ~= "table" or not ds.src_vocab or not ds.tgt_vocab) then
-    C.fail(3, "%s: option 'dataset' must be a seq2seq dataset with src_vocab and tgt_vocab", CLS)
-  end
-  local src_vocab = make_vocab(o.src_vocab or (ds and ds.src_vocab), "src_vocab", 3)
-  local tgt_vocab = make_vocab(o.tgt_vocab or (ds and ds.tgt_vocab), "tgt_vocab", 3)
+  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, o, 3)
   local c = {
     task = o.task or (ds and ds.task) or nil,
     emb = C.positive_int(CLS, o, "emb", 32, 3),

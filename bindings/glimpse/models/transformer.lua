@@ -27,16 +27,6 @@ local FORMAT = "glimpse.transformer"
 local OPTIONS = {"dataset", "src_vocab", "tgt_vocab", "task", "d", "heads", "layers", "ff",
                  "dropout", "positions", "max_len", "norm_first"}
 
-local function make_vocab(v, key, level)
-  if type(v) ~= "table" then
-    C.fail(level + 1, "%s: option '%s' must be a vocabulary (datasets/vocab.lua) or a token " ..
-                      "list, got %s (or pass dataset=)", CLS, key, type(v))
-  end
-  if v.itos and v.stoi then return v end
-  if v[1] == Vocab.SPECIALS[1] then return Vocab.from_list(v) end
-  return Vocab.new(v)
-end
-
 local Transformer = nn.Module:extend("Transformer")
 M.Transformer = Transformer
 
@@ -49,10 +39,7 @@ function Transformer:init(o)
     C.fail(3, "%s: expected an options table {dataset=, d=, heads=, ...}, got %s", CLS, type(o))
   end
   C.known_keys(CLS, o, OPTIONS, 3)
-  local ds = o.dataset
-  if ds ~= nil and (type(ds) ~= "table" or not ds.src_vocab or not ds.tgt_vocab) then
-    C.fail(3, "%s: option 'dataset' must be a seq2seq dataset with src_vocab and tgt_vocab", CLS)
-  end
+  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, o, 3)
   local c = {
     task = o.task or (ds and ds.task) or nil,
     d = C.positive_int(CLS, o, "d", 64, 3),
@@ -68,8 +55,6 @@ function Transformer:init(o)
   if c.d % c.heads ~= 0 then
     C.fail(3, "%s: d = %d is not a multiple of heads = %d", CLS, c.d, c.heads)
   end
-  local src_vocab = make_vocab(o.src_vocab or (ds and ds.src_vocab), "src_vocab", 3)
-  local tgt_vocab = make_vocab(o.tgt_vocab or (ds and ds.tgt_vocab), "tgt_vocab", 3)
   rawset(self, "config", c)
   rawset(self, "src_vocab", src_vocab)
   rawset(self, "tgt_vocab", tgt_vocab)
