@@ -51,6 +51,8 @@ parser:option("--test-n", "test examples per length", tostring(compare.DEFAULTS.
 parser:option("--test-lengths", "comma list of test source lengths", "10,20,30,40,50")
 parser:option("--supervise", "weight of the supervised-attention loss (+sup mechanisms)",
               tostring(compare.DEFAULTS.supervise)):convert(tonumber)
+parser:flag("--report-only", "run nothing: write the outputs from the configurations " ..
+            "finished so far in --out")
 local args = experiment.parse(parser)
 
 local function ints(s, what)
@@ -92,8 +94,9 @@ util.mkdir_p(args.out)
 local run = experiment.start(args, {name = "compare", config = settings, quiet = true})
 print(string.format("compare: %d configurations (tasks %s, %d seeds), %d steps each, %d jobs, " ..
                     "out %s", #configs, args.tasks, args.seeds, args.steps, jobs, args.out))
-local rows, records, failures = compare.run{configs = configs, out = args.out, jobs = jobs,
-                                            skipped = skipped, command = util.command_line()}
+local rows, records, failures, missing = compare.run{configs = configs, out = args.out, jobs = jobs,
+                                            skipped = skipped, command = util.command_line(),
+                                            run = not args.report_only}
 if not rows then return end                    -- another MPI rank: rank 0 writes
 run:write_run_json({configurations = #configs, failed = #failures})
 
@@ -116,5 +119,5 @@ end
 for _, f in ipairs(failures) do
   print(string.format("FAILED %s: %s", f.id, tostring(f.error):match("[^\n]*")))
 end
-print(string.format("compare: %d results, %d failed; wrote %s/results.json, results.md, index.html",
-                    #records, #failures, args.out))
+print(string.format("compare: %d results, %d failed, %d not run; wrote %s/results.json, " ..
+                    "results.md, index.html", #records, #failures, #missing, args.out))

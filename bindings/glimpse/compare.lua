@@ -434,21 +434,25 @@ function M.run_local(configs, dir, o)
 end
 
 --- compare.gather(configs, dir) -> records (finished, in grid order), failures ({id=,
---- mechanism=, task=, seed=, error=} for each configuration whose result is an error or
---- missing)
+--- mechanism=, task=, seed=, error=} for each configuration whose result is an error),
+--- missing (the ids of the configurations with no result yet)
 function M.gather(configs, dir)
-  local records, failures = {}, {}
+  local records, failures, missing = {}, {}, {}
   for _, c in ipairs(configs) do
     local r = finished(dir, c)
     if r then
       records[#records + 1] = r
     else
       local ok, e = pcall(util.read_json, result_path(dir, c))
-      failures[#failures + 1] = {id = c.id, mechanism = c.mechanism, task = c.task, seed = c.seed,
-                                 error = ok and type(e) == "table" and e.error or "not run"}
+      if ok and type(e) == "table" and e.error then
+        failures[#failures + 1] = {id = c.id, mechanism = c.mechanism, task = c.task,
+                                   seed = c.seed, error = e.error}
+      else
+        missing[#missing + 1] = c.id
+      end
     end
   end
-  return records, failures
+  return records, failures, missing
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -596,13 +600,15 @@ function M.markdown(rows, meta)
   return table.concat(lines, "\n") .. "\n"
 end
 
---- compare.write(dir, rows, records, {skipped=, failures=, command=, seconds=, jobs=}) ->
---- paths: results.json, results.md, index.html (SVG charts inline) and heatmaps/*.png
+--- compare.write(dir, rows, records, {skipped=, failures=, missing=, command=, seconds=,
+--- jobs=}) -> paths: results.json, results.md, index.html (SVG charts inline) and
+--- heatmaps/*.png
 function M.write(dir, rows, records, meta)
   meta = meta or {}
   util.mkdir_p(dir .. "/heatmaps")
   util.write_json(dir .. "/results.json", {results = rows, skipped = meta.skipped or {},
                                            failures = meta.failures or {},
+                                           missing = meta.missing or {},
                                            command = meta.command, seconds = meta.seconds,
                                            jobs = meta.jobs}, {indent = 1})
   util.write_text(dir .. "/results.md", M.markdown(rows, meta))
@@ -650,6 +656,10 @@ function M.write(dir, rows, records, meta)
     for _, s in ipairs(meta.skipped) do t[#t + 1] = {s.mechanism, s.reason} end
     page:table(t, {header = true})
   end
+  if meta.missing and #meta.missing > 0 then
+    page:paragraph(string.format("%d configurations have no result yet (not run, or still " ..
+                                 "running): %s.", #meta.missing, table.concat(meta.missing, ", ")))
+  end
   if meta.failures and #meta.failures > 0 then
     page:heading("Failed")
     local t = {{"configuration", "error"}}
@@ -673,10 +683,12 @@ local function distributed()
   return dist
 end
 
---- compare.run{configs=, out=, jobs=cores, skipped=, command=, say=print} -> rows, records,
---- failures: runs the pending configurations (resuming: finished ones are kept), gathers
---- every result and writes the outputs.  Under MPI (glimpse.dist with size > 1) each rank
---- runs its shard and rank 0 gathers and writes.
+--- compare.run{configs=, out=, jobs=cores, skipped=, command=, say=print, run=true} ->
+--- rows, records, failures, missing: runs the pending configurations (resuming: finished
+--- ones are kept; seed by seed, so that a run cut short covers the whole grid with its
+--- first seeds), gathers every result and writes the outputs.  Under MPI (glimpse.dist with
+--- size > 1) each rank runs its shard and rank 0 gathers and writes.  run = false runs
+--- nothing: the outputs of the configurations finished so far (the rest are `missing`).
 function M.run(o)
   if type(o) ~= "table" or type(o.configs) ~= "table" or type(o.out) ~= "string" then
     error("compare.run: expected {configs=, out=}", 2)
@@ -685,9 +697,17 @@ function M.run(o)
   util.mkdir_p(o.out .. "/runs")
   local mine, dist = o.configs, distributed()
   if dist then mine = M.shard(o.configs, dist.rank(), dist.size()) end
-  local todo = M.pending(mine, o.out)
+  local waiting = M.pending(mine, o.out)
+  -- seed by seed: a run cut short still covers every task and mechanism with its first seeds
+  local index = {}
+  for i, c in ipairs(waiting) do index[c] = i end
+  table.sort(waiting, function(a, b)
+    if a.seed ~= b.seed then return a.seed < b.seed end
+    return index[a] < index[b]
+  end)
+  local todo = o.run == false and {} or waiting  -- run = false: gather and write only
   say(string.format("compare: %d configurations, %d finished already, %d to run with %d jobs",
-                    #mine, #mine - #todo, #todo, o.jobs or M.cores()))
+                    #mine, #mine - #waiting, #todo, o.jobs or M.cores()))
   local timer, k = util.Timer(), 0
   M.run_local(todo, o.out, {jobs = o.jobs, on_done = function(c, r)
     k = k + 1
@@ -706,11 +726,12 @@ function M.run(o)
     dist.barrier()
     if dist.rank() ~= 0 then return nil end
   end
-  local records, failures = M.gather(o.configs, o.out)
+  local records, failures, missing = M.gather(o.configs, o.out)
   local rows = M.summarise(records)
-  M.write(o.out, rows, records, {skipped = o.skipped, failures = failures, command = o.command,
-                                 seconds = timer:elapsed(), jobs = o.jobs or M.cores()})
-  return rows, records, failures
+  M.write(o.out, rows, records, {skipped = o.skipped, failures = failures, missing = missing,
+                                 command = o.command, seconds = timer:elapsed(),
+                                 jobs = o.jobs or M.cores()})
+  return rows, records, failures, missing
 end
 
 return M
