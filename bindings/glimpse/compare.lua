@@ -646,7 +646,8 @@ function M.write(dir, rows, records, meta)
       end
     end
     if #pics > 0 then
-      page:heading("Alignments of one test example (seed " .. rows[1].seeds[1] .. ")", 3)
+      page:heading(string.format("Alignments of one test example (seed %d)",
+                                 math.floor(rows[1].seeds[1])), 3)
       page:images(pics, {width = 260})
     end
   end
