@@ -261,7 +261,8 @@ end
 --- config.seed, one process, no progress bar) and measures it: accuracy_by_length (exact and
 --- token accuracy of greedy decoding at each test length), curve ({step, accuracy} of the
 --- validation set), steps_to_90 / steps_to_99, alignment_accuracy, attention_entropy,
---- centre_error (local-p), ms_per_step, params, train_seconds, heatmap (first seed).
+--- centre_error (local-p), ms_per_step, params, train_seconds, wall_seconds, cpu_seconds
+--- (the process's CPU time for the configuration), heatmap (first seed).
 -- whole numbers back to integers (a configuration read from JSON has 4000.0 for 4000)
 local function integers(t)
   local out = {}
@@ -284,6 +285,7 @@ function M.run_config(c)
   local lo, hi = task.train_lengths[1], task.train_lengths[2]
   local valid = task:make(s.valid_n, lo, hi, s.data_seed, "compare.valid")
   local tests = task:test_sets(s.test_lengths, s.test_n, s.data_seed)
+  local cpu0 = os.clock()
   glimpse.manual_seed(c.seed)
   local model = build_model(c, train_set)
   local lr = c.kind == "transformer" and s.transformer_lr or s.lr
@@ -321,6 +323,7 @@ function M.run_config(c)
   local hm_set = tests[hl] or task:test_set(hl, 1, s.data_seed)
   r.heatmap = heatmap(model, hm_set, c)
   r.wall_seconds = timer:elapsed()
+  r.cpu_seconds = os.clock() - cpu0              -- what the machine's load does not change
   return r
 end
 
@@ -485,7 +488,8 @@ end
 --- token_mean, token_std}), steps_to_90 / steps_to_99 (mean over the seeds that got there;
 --- nil when none did) with reached_90 / reached_99 (how many), curve (mean validation
 --- accuracy per evaluation step), alignment_accuracy, attention_entropy, centre_error,
---- ms_per_step, params, train_seconds, wall_seconds (means), config (the settings)
+--- ms_per_step, params, train_seconds, wall_seconds, cpu_seconds (means), config (the
+--- settings)
 function M.summarise(records)
   local groups, order = {}, {}
   for _, r in ipairs(records) do
@@ -529,7 +533,8 @@ function M.summarise(records)
       row.curve[i] = {pt[1], (mean_of(g, function(r) return r.curve[i] and r.curve[i][2] end))}
     end
     for _, key in ipairs({"alignment_accuracy", "attention_entropy", "centre_error",
-                          "ms_per_step", "params", "train_seconds", "wall_seconds"}) do
+                          "ms_per_step", "params", "train_seconds", "wall_seconds",
+                          "cpu_seconds"}) do
       row[key] = mean_of(g, function(r) return r[key] end)
     end
     row.alignment_accuracy_std = select(2, mean_of(g, function(r) return r.alignment_accuracy end))
@@ -614,11 +619,17 @@ function M.write(dir, rows, records, meta)
   util.write_text(dir .. "/results.md", M.markdown(rows, meta))
   local page = report.Page{title = "glimpse compare: attention mechanisms"}
   if meta.command then page:pre(meta.command) end
+  local cpu, timed = 0, 0
+  for _, r in ipairs(records) do
+    if r.cpu_seconds then cpu, timed = cpu + r.cpu_seconds, timed + 1 end
+  end
   page:paragraph(string.format("%d configurations, %s seconds of wall time with %s worker " ..
-                               "processes. Accuracy is greedy decoding on held-out sets at each " ..
-                               "test length (training lengths 5-20); mean ± std over seeds.",
-                               #records, meta.seconds and string.format("%.0f", meta.seconds) or "?",
-                               tostring(meta.jobs or "?")))
+                               "processes (this call; %.0f CPU seconds over the %d configurations " ..
+                               "that recorded it). Accuracy is greedy decoding on held-out sets " ..
+                               "at each test length (training lengths 5-20); mean ± std over " ..
+                               "seeds.", #records,
+                               meta.seconds and string.format("%.0f", meta.seconds) or "?",
+                               tostring(meta.jobs or "?"), cpu, timed))
   local order, groups = by_task(rows)
   for _, t in ipairs(order) do
     local g = groups[t]
