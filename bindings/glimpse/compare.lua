@@ -261,8 +261,9 @@ end
 --- config.seed, one process, no progress bar) and measures it: accuracy_by_length (exact and
 --- token accuracy of greedy decoding at each test length), curve ({step, accuracy} of the
 --- validation set), steps_to_90 / steps_to_99, alignment_accuracy, attention_entropy,
---- centre_error (local-p), ms_per_step, params, train_seconds, wall_seconds, cpu_seconds
---- (the process's CPU time for the configuration), heatmap (first seed).
+--- centre_error (local-p), ms_per_step (wall clock) and cpu_ms_per_step (CPU time: what a
+--- loaded machine does not change), params, train_seconds, wall_seconds, cpu_seconds (the
+--- process's CPU time for the configuration), heatmap (first seed).
 -- whole numbers back to integers (a configuration read from JSON has 4000.0 for 4000)
 local function integers(t)
   local out = {}
@@ -290,18 +291,24 @@ function M.run_config(c)
   local model = build_model(c, train_set)
   local lr = c.kind == "transformer" and s.transformer_lr or s.lr
   local timer = util.Timer()
+  local eval_cpu, fit_cpu = 0, os.clock()
   local history = train.Trainer{
     model = model, optimizer = {"Adam", lr = lr}, data = train_set, batch_size = s.batch,
     seed = c.seed, steps = s.steps, clip = s.clip, eval_every = s.eval_every, progress = false,
     evaluate = function(m)
-      return {accuracy = models.eval.sequence_accuracy(m, valid, {bleu = false}).exact}
+      local t0 = os.clock()
+      local a = models.eval.sequence_accuracy(m, valid, {bleu = false}).exact
+      eval_cpu = eval_cpu + os.clock() - t0
+      return {accuracy = a}
     end,
   }:fit()
+  fit_cpu = os.clock() - fit_cpu - eval_cpu            -- training steps only
   local r = {id = c.id, task = c.task, mechanism = c.mechanism, kind = c.kind, score = c.score,
              mode = c.mode, seed = c.seed, steps = history.steps,
              params = experiment.count_params(model),
              train_seconds = history.seconds,
              ms_per_step = 1000 * history.seconds / math.max(1, history.steps),
+             cpu_ms_per_step = 1000 * fit_cpu / math.max(1, history.steps),
              curve = {}, accuracy_by_length = {}, config = c}
   for _, e in ipairs(history.evals) do
     r.curve[#r.curve + 1] = {e.step, e.accuracy}
@@ -488,7 +495,7 @@ end
 --- token_mean, token_std}), steps_to_90 / steps_to_99 (mean over the seeds that got there;
 --- nil when none did) with reached_90 / reached_99 (how many), curve (mean validation
 --- accuracy per evaluation step), alignment_accuracy, attention_entropy, centre_error,
---- ms_per_step, params, train_seconds, wall_seconds, cpu_seconds (means), config (the
+--- ms_per_step, cpu_ms_per_step, params, train_seconds, wall_seconds, cpu_seconds (means), config (the
 --- settings)
 function M.summarise(records)
   local groups, order = {}, {}
@@ -533,8 +540,8 @@ function M.summarise(records)
       row.curve[i] = {pt[1], (mean_of(g, function(r) return r.curve[i] and r.curve[i][2] end))}
     end
     for _, key in ipairs({"alignment_accuracy", "attention_entropy", "centre_error",
-                          "ms_per_step", "params", "train_seconds", "wall_seconds",
-                          "cpu_seconds"}) do
+                          "ms_per_step", "cpu_ms_per_step", "params", "train_seconds",
+                          "wall_seconds", "cpu_seconds"}) do
       row[key] = mean_of(g, function(r) return r[key] end)
     end
     row.alignment_accuracy_std = select(2, mean_of(g, function(r) return r.alignment_accuracy end))
@@ -560,14 +567,15 @@ end
 
 local function table_rows(rows)
   local lengths = rows[1] and rows[1].accuracy_by_length or {}
-  local head = {"mechanism", "params", "ms/step", "steps to 90%", "token acc", "long token acc",
+  local head = {"mechanism", "params", "CPU ms/step", "steps to 90%", "token acc", "long token acc",
                 "exact"}
   for _, e in ipairs(lengths) do head[#head + 1] = string.format("@%d", e.length) end
   head[#head + 1] = "align acc"
   head[#head + 1] = "entropy"
   local out = {head}
   for _, r in ipairs(rows) do
-    local line = {r.mechanism, math.floor(r.params + 0.5), string.format("%.1f", r.ms_per_step),
+    local line = {r.mechanism, math.floor(r.params + 0.5),
+                  r.cpu_ms_per_step and string.format("%.1f", r.cpu_ms_per_step) or "-",
                   r.steps_to_90 and string.format("%d (%d/%d)", math.floor(r.steps_to_90 + 0.5),
                                                   r.reached_90, #r.seeds)
                   or string.format("- (0/%d)", #r.seeds),
@@ -601,7 +609,8 @@ function M.markdown(rows, meta)
   lines[#lines + 1] = "token acc / exact: token and exact-sequence accuracy of greedy decoding, " ..
     "averaged over the test lengths; long: the lengths past training; @L: token accuracy at " ..
     "length L; align acc: share of target steps whose attention argmax is the true source " ..
-    "position (teacher forcing); mean ± std over seeds, in %."
+    "position (teacher forcing); mean ± std over seeds, in %. CPU ms/step: the CPU time " ..
+    "of a training step (one thread; wall-clock times are in results.json)."
   return table.concat(lines, "\n") .. "\n"
 end
 
