@@ -495,8 +495,8 @@ end
 --- token_mean, token_std}), steps_to_90 / steps_to_99 (mean over the seeds that got there;
 --- nil when none did) with reached_90 / reached_99 (how many), curve (mean validation
 --- accuracy per evaluation step), alignment_accuracy, attention_entropy, centre_error,
---- ms_per_step, cpu_ms_per_step, params, train_seconds, wall_seconds, cpu_seconds (means), config (the
---- settings)
+--- ms_per_step, cpu_ms_per_step, params, train_seconds, wall_seconds, cpu_seconds (means),
+--- config (the settings)
 function M.summarise(records)
   local groups, order = {}, {}
   for _, r in ipairs(records) do
