@@ -614,6 +614,26 @@ function M.markdown(rows, meta)
   return table.concat(lines, "\n") .. "\n"
 end
 
+--- compare.charts(rows, task) -> {{series, opts}, {series, opts}}: the two charts of a task
+--- (its summary rows): token accuracy against test length, and the learning curves
+--- (validation exact-sequence accuracy against step), one line per mechanism; for
+--- page:chart or report.chart_svg
+function M.charts(rows, task)
+  local acc, curves = {}, {}
+  for _, r in ipairs(rows) do
+    if r.task == task then
+      local pts = {}
+      for _, e in ipairs(r.accuracy_by_length) do pts[#pts + 1] = {e.length, e.token_mean} end
+      acc[#acc + 1] = {name = r.mechanism, points = pts}
+      curves[#curves + 1] = {name = r.mechanism, points = r.curve}
+    end
+  end
+  return {{acc, {title = task .. ": token accuracy against test length",
+                 xlabel = "source length", ylabel = "token accuracy", ymin = 0, ymax = 1}},
+          {curves, {title = task .. ": validation exact-sequence accuracy (training lengths)",
+                    xlabel = "step", ylabel = "exact accuracy", ymin = 0, ymax = 1}}}
+end
+
 --- compare.write(dir, rows, records, {skipped=, failures=, missing=, command=, seconds=,
 --- jobs=}) -> paths: results.json, results.md, index.html (SVG charts inline) and
 --- heatmaps/*.png
@@ -644,17 +664,7 @@ function M.write(dir, rows, records, meta)
     local g = groups[t]
     page:heading("Task: " .. t)
     page:table(table_rows(g), {header = true})
-    local acc, curves = {}, {}
-    for _, r in ipairs(g) do
-      local pts = {}
-      for _, e in ipairs(r.accuracy_by_length) do pts[#pts + 1] = {e.length, e.token_mean} end
-      acc[#acc + 1] = {name = r.mechanism, points = pts}
-      curves[#curves + 1] = {name = r.mechanism, points = r.curve}
-    end
-    page:chart(acc, {title = t .. ": token accuracy against test length", xlabel = "source length",
-                     ylabel = "token accuracy", ymin = 0, ymax = 1})
-    page:chart(curves, {title = t .. ": validation exact-sequence accuracy (lengths as in training)",
-                        xlabel = "step", ylabel = "exact accuracy", ymin = 0, ymax = 1})
+    for _, ch in ipairs(M.charts(g, t)) do page:chart(ch[1], ch[2]) end
     local pics = {}
     for _, rec in ipairs(records) do
       if rec.task == t and rec.heatmap and rec.seed == rows[1].seeds[1] then
