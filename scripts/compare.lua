@@ -23,8 +23,8 @@ local QUICK_MECHANISMS = "additive/soft,dot/soft,general/local-m,general/local-p
 local parser = experiment.parser("compare", "Compare attention mechanisms on tasks that " ..
                                  "separate them.", {
   steps = compare.DEFAULTS.steps, eval_every = compare.DEFAULTS.eval_every,
-  quick = {steps = 300, mechanisms = QUICK_MECHANISMS, tasks = "reversal", seeds = 2,
-           train_n = 3000, valid_n = 100, test_n = 50, test_lengths = "10,20,30,50",
+  quick = {steps = 250, mechanisms = QUICK_MECHANISMS, tasks = "reversal", seeds = 2,
+           train_n = 3000, valid_n = 100, test_n = 50, test_lengths = "10,30,50",
            eval_every = 100}})
 parser:option("--mechanisms", "comma list of score/mode[+sup], rnnenc, transformer, " ..
               "transformer-learned (default: the standard grid)")
