@@ -618,14 +618,19 @@ end
 --- (its summary rows): token accuracy against test length, and the learning curves
 --- (validation exact-sequence accuracy against step), one line per mechanism; for
 --- page:chart or report.chart_svg
+-- more colours than the report's ten, so that the default grid's lines all differ
+local COLOURS = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+                 "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#aec7e8", "#98df8a", "#ffbb78"}
+
 function M.charts(rows, task)
   local acc, curves = {}, {}
   for _, r in ipairs(rows) do
     if r.task == task then
       local pts = {}
       for _, e in ipairs(r.accuracy_by_length) do pts[#pts + 1] = {e.length, e.token_mean} end
-      acc[#acc + 1] = {name = r.mechanism, points = pts}
-      curves[#curves + 1] = {name = r.mechanism, points = r.curve}
+      local colour = COLOURS[#acc % #COLOURS + 1]
+      acc[#acc + 1] = {name = r.mechanism, points = pts, color = colour}
+      curves[#curves + 1] = {name = r.mechanism, points = r.curve, color = colour}
     end
   end
   return {{acc, {title = task .. ": token accuracy against test length",
