@@ -791,6 +791,7 @@ static const char *const lazy[][2] = {
     {"train", "glimpse.train"},   {"experiment", "glimpse.experiment"},
     {"report", "glimpse.report"}, {"repl", "glimpse.repl"},
     {"dist", "glimpse.dist"},
+    {"compare", "glimpse.compare"},
     {NULL, NULL}};
 
 static const char *const lazy_fns[][2] = {

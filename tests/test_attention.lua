@@ -47,6 +47,11 @@ local function score_params(s, dq, dk, H)
   elseif s == "concat" then return {W = leaf(H, dq + dk), v = leaf(H)}
   elseif s == "location" then return {W = leaf(8, dq), b = leaf(8)}
   elseif s == "cosine" then return {W = leaf(dk, dq), Wb = leaf(1, dq), bb = leaf(1)}
+  elseif s == "conv" then      -- width 3: F1 (H, 3 dk), gate Wq (H, dq), F2 (1, 3 H); small,
+    local function small(...)  -- as the products of three layers would saturate the sigmoid
+      return (glimpse.randn(...) * 0.3):requires_grad()
+    end
+    return {F1 = small(H, 3 * dk), b1 = small(H), Wq = small(H, dq), F2 = small(1, 3 * H)}
   end
   return {}
 end
@@ -55,7 +60,7 @@ local function qdim(s, dq, dk) return (s == "dot" or s == "scaled_dot") and dk o
 
 local function param_list(p)
   local out = {}
-  for _, k in ipairs({"W", "b", "U", "v", "Wb", "bb"}) do
+  for _, k in ipairs({"W", "b", "U", "v", "Wb", "bb", "F1", "b1", "Wq", "F2"}) do
     if glimpse.is_tensor(p[k]) then out[#out + 1] = p[k] end
   end
   return out
@@ -252,7 +257,7 @@ end
 -- modes through nn.Attention
 
 local MODE_SCORES = {soft = "additive", hard = "general", ["local-m"] = "general",
-                     ["local-p"] = "dot", location = "additive"}
+                     ["local-p"] = "dot", location = "additive", monotonic = "general"}
 
 function T.test_every_mode_gradients_match_finite_differences()
   glimpse.manual_seed(11)
@@ -261,7 +266,8 @@ function T.test_every_mode_gradients_match_finite_differences()
   for _, mode in ipairs(att.MODES) do
     if mode ~= "hard" then   -- hard: the sampled path is checked by the REINFORCE tests
       local a = nn.Attention{score = MODE_SCORES[mode], mode = mode, query = dq, key = dk,
-                             hidden = 5, window = 2, coverage = mode == "location"}
+                             hidden = 5, window = 2, coverage = mode == "location",
+                             noise = 0}            -- monotonic: no training noise here
       if a.v then glimpse.no_grad(function() a.v:normal_(0, 1) end) end
       local q1, q2, keys = leaf(B, dq), leaf(B, dq), leaf(B, L, dk)
       local inputs = {q1, q2, keys}

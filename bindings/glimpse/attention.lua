@@ -22,9 +22,9 @@ local C = glimpse._attention
 local M = {}
 
 --- The score function names, in the order the library documents them.
-M.SCORES = {"dot", "scaled_dot", "general", "additive", "concat", "location", "cosine"}
+M.SCORES = {"dot", "scaled_dot", "general", "additive", "concat", "location", "cosine", "conv"}
 --- The modes of nn.Attention.
-M.MODES = {"soft", "hard", "local-m", "local-p", "location"}
+M.MODES = {"soft", "hard", "local-m", "local-p", "location", "monotonic"}
 
 -- masked softmax tails are exact zeros; this keeps logs of those zeros finite
 local LOG_EPS = 1e-12
@@ -280,6 +280,16 @@ SCORE.cosine = {
   end,
 }
 
+-- conv (Allamanis et al. 2016): features from a 1-D convolution over the keys, gated by the
+-- query, and a second convolution down to one score per position:
+--   f = relu(conv_F1(keys) + b1) (B,L,H), once per sequence;  e = conv_F2(f * (Wq q)) (B,L)
+SCORE.conv = {
+  precompute = function(p, keys) return {f = M.conv_features(keys, p.F1, p.b1)} end,
+  step = function(p, cache, q, values, mask, o)
+    return C.context(M.conv_scores(cache.f, q, p.Wq, p.F2), values, mask, o.prior, o)
+  end,
+}
+
 local function score_def(name, level)
   local d = SCORE[name]
   if not d then
@@ -327,6 +337,8 @@ function M.scores(score, p, cache, q)
   elseif score == "location" then
     local e = glimpse.linear(q, p.W, p.b)
     return cache.L < p.W.shape[1] and e:narrow(2, 1, cache.L) or e
+  elseif score == "conv" then
+    return M.conv_scores(cache.f, q, p.Wq, p.F2)
   else
     local qp = p.W and glimpse.linear(q, p.W) or q
     local B, L = cache.k.shape[1], cache.k.shape[2]
@@ -412,6 +424,118 @@ function M.location_features(prev, F)
   local cols = {}
   for r = 1, R do cols[r] = padded:narrow(2, r, L) end
   return glimpse.linear(glimpse.stack(cols, 3), F)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- convolutional attention (Allamanis et al. 2016), composed from core ops
+
+--- attention.unfold(x (B,L,D), R odd) -> (B,L,R*D): row l holds x_(l-h) .. x_(l+h),
+--- h = (R-1)/2, zeros outside 1..L (the input of a 1-D convolution of width R as one matmul)
+function M.unfold(x, R)
+  check_tensor(x, "input", 3, 2)
+  if math.type(R) ~= "integer" or R < 1 or R % 2 == 0 then
+    error("attention.unfold: width must be a positive odd integer, got " .. tostring(R), 2)
+  end
+  local B, L, D = x.shape[1], x.shape[2], x.shape[3]
+  local h = (R - 1) // 2
+  if h == 0 then return x end
+  local z = glimpse.zeros(B, h, D)
+  local padded = glimpse.cat({z, x, z}, 2)
+  local cols = {}
+  for r = 1, R do cols[r] = padded:narrow(2, r, L) end
+  return glimpse.cat(cols, 3)
+end
+
+--- attention.conv_features(keys (B,L,Dk), F1 (H,R*Dk), b1 (H)) -> f (B,L,H) =
+--- relu(conv(keys) + b1): K_l1 = H filters of width R over the key sequence
+function M.conv_features(keys, F1, b1)
+  check_tensor(keys, "keys", 3, 2)
+  local R = F1.shape[2] // keys.shape[3]
+  if R * keys.shape[3] ~= F1.shape[2] then
+    error(string.format("attention.conv_features: F1 {%s} does not fit keys of width %d",
+                        table.concat(F1.shape, ","), keys.shape[3]), 2)
+  end
+  return glimpse.linear(M.unfold(keys, R), F1, b1):relu()
+end
+
+--- attention.conv_scores(f (B,L,H), q (B,Dq), Wq (H,Dq), F2 (1,R*H)) -> e (B,L):
+--- the features gated by the query (f * Wq q) and convolved down to one score per position
+function M.conv_scores(f, q, Wq, F2)
+  local B, L, H = f.shape[1], f.shape[2], f.shape[3]
+  local g = f * glimpse.linear(q, Wq):reshape(B, 1, H)
+  return glimpse.linear(M.unfold(g, F2.shape[2] // H), F2):reshape(B, L)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- monotonic attention (Raffel et al. 2017)
+
+--- attention.monotonic(e (B,L), prev (B,L), mask (B,L) or nil) -> alpha (B,L)
+-- The expected alignment of the hard monotonic process: p_ij = sigmoid(e_ij) is the
+-- probability of stopping at j; alpha_ij = p_ij q_ij with
+-- q_ij = (1 - p_i,j-1) q_i,j-1 + alpha_i-1,j, i.e. q_ij = sum_k<=j alpha_i-1,k prod_k<=m<j (1 - p_im).
+-- The products are computed as exp of differences of an exclusive cumulative sum of
+-- log(1 - p) = -softplus(e), masked to k <= j before the exp: no division and no overflow
+-- (the paper's cumprod form divides by cumprod(1 - p), which underflows).  Rows of alpha sum
+-- to at most 1 (the rest is the probability of attending nowhere).  Differentiable in e and prev.
+function M.monotonic(e, prev, mask)
+  check_tensor(e, "energies", 2, 2)
+  check_tensor(prev, "previous alignment", 2, 2)
+  local B, L = e.shape[1], e.shape[2]
+  if prev.shape[1] ~= B or prev.shape[2] ~= L then
+    error(string.format("attention.monotonic: energies {%d,%d} and previous alignment {%s} differ",
+                        B, L, table.concat(prev.shape, ",")), 2)
+  end
+  mask = as_tensor(mask)
+  local p = e:sigmoid()
+  if mask then p = p * mask end
+  local lq = -e:softplus()                                   -- log(1 - p)
+  local tri, strict = M._triangles(L)
+  local c = lq:matmul(strict)                                -- c_j = sum_m<j log(1 - p_m)
+  local d = c:reshape(B, 1, L) - c:reshape(B, L, 1)          -- d_kj = c_j - c_k
+  local prod = (d * tri):exp() * tri                         -- prod_k<=m<j (1 - p_m), k <= j
+  local q = prev:reshape(B, 1, L):matmul(prod):reshape(B, L)
+  return p * q
+end
+
+-- (L,L) upper triangles: tri_kj = 1 for k <= j, strict_mj = 1 for m < j (cached per L)
+local triangles = {}
+function M._triangles(L)
+  local t = triangles[L]
+  if not t then
+    local a, b = {}, {}
+    for k = 1, L do
+      a[k], b[k] = {}, {}
+      for j = 1, L do a[k][j], b[k][j] = k <= j and 1 or 0, k < j and 1 or 0 end
+    end
+    t = {glimpse.tensor(a), glimpse.tensor(b)}
+    triangles[L] = t
+  end
+  return t[1], t[2]
+end
+
+--- attention.monotonic_hard(e (B,L), pos (B) 1-based start positions, lengths (B)) ->
+---   alpha (B,L) one-hot or zero rows, new positions (B)
+-- Test-time decoding: from each row's last attended position scan forward and attend the
+-- first j with sigmoid(e_j) >= 0.5; a row that finds none attends nowhere (alpha 0) and
+-- keeps its position.  No gradient.
+function M.monotonic_hard(e, pos, lengths)
+  check_tensor(e, "energies", 2, 2)
+  local B, L = e.shape[1], e.shape[2]
+  local ev = e:detach():totable()
+  local pv = glimpse.is_tensor(pos) and pos:totable() or pos
+  local lv = glimpse.is_tensor(lengths) and lengths:totable() or lengths
+  local rows, newpos = {}, {}
+  for b = 1, B do
+    local r = {}
+    for j = 1, L do r[j] = 0 end
+    local start, stop = math.tointeger(pv[b]) or math.floor(pv[b]), lv and lv[b] or L
+    newpos[b] = start
+    for j = start, stop do
+      if ev[b][j] >= 0 then r[j], newpos[b] = 1, j break end   -- sigmoid(e) >= 0.5
+    end
+    rows[b] = r
+  end
+  return glimpse.tensor(rows), glimpse.tensor(newpos)
 end
 
 -- ---------------------------------------------------------------------------------------

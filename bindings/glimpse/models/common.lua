@@ -16,6 +16,30 @@ function M.strip(err)
   return (tostring(err):gsub("^[^:]*:%d+: ", ""))
 end
 
+-- a Vocab, a full id list (specials first, as vocab:totable() gives) or a token list
+local function make_vocab(cls, v, key, level)
+  if type(v) ~= "table" then
+    fail(level + 1, "%s: option '%s' must be a vocabulary (datasets/vocab.lua) or a token list, " ..
+                    "got %s (or pass dataset=)", cls, key, type(v))
+  end
+  local Vocab = require "datasets.vocab"
+  if v.itos and v.stoi then return v end
+  if v[1] == Vocab.SPECIALS[1] then return Vocab.from_list(v) end
+  return Vocab.new(v)
+end
+
+--- checks.vocabs(cls, o, level) -> src_vocab, tgt_vocab, dataset: a sequence model's two
+--- vocabularies from o.dataset (a datasets/seq2seq_tasks.lua dataset) or o.src_vocab and
+--- o.tgt_vocab (a Vocab, an id list or a token list), checked
+function M.vocabs(cls, o, level)
+  local ds = o.dataset
+  if ds ~= nil and (type(ds) ~= "table" or not ds.src_vocab or not ds.tgt_vocab) then
+    fail(level + 1, "%s: option 'dataset' must be a seq2seq dataset with src_vocab and tgt_vocab", cls)
+  end
+  return make_vocab(cls, o.src_vocab or (ds and ds.src_vocab), "src_vocab", level + 1),
+         make_vocab(cls, o.tgt_vocab or (ds and ds.tgt_vocab), "tgt_vocab", level + 1), ds
+end
+
 --- checks.positive_int(cls, o, key, default, level) -> o[key] (a positive integer) or default
 function M.positive_int(cls, o, key, default, level)
   local v = o[key]

@@ -6,6 +6,7 @@
 --   models.Seq2Seq     models/seq2seq.lua     encoder-decoder with any nn.Attention score/mode
 --   models.PointerNet  models/pointer.lua     Ptr-Net for sort, convex hull, TSP
 --   models.NTM         models/ntm.lua         Neural Turing Machine (and its LSTM baseline)
+--   models.Transformer models/transformer.lua Transformer encoder-decoder (Vaswani et al.)
 --   models.eval        models/eval.lua        evaluators over a model's :decode
 --   models.caption_eval  models/caption_eval.lua  a captioner's test measures (BLEU, in box)
 --
@@ -19,6 +20,7 @@ local MODELS = {
   Seq2Seq = "glimpse.models.seq2seq",
   PointerNet = "glimpse.models.pointer",
   NTM = "glimpse.models.ntm",
+  Transformer = "glimpse.models.transformer",
 }
 
 for name, file in pairs(MODELS) do

@@ -34,18 +34,7 @@ local OPTIONS = {"dataset", "src_vocab", "tgt_vocab", "task", "emb", "hidden", "
                  "rnn", "bidirectional", "layers", "input_feeding", "score", "mode", "window",
                  "temperature", "normaliser", "soft_prob", "entropy", "baseline_decay", "ds",
                  "coverage", "coverage_penalty", "max_src", "hard_eval", "filters", "kernel",
-                 "length_penalty"}
-
--- a Vocab, a full id list (specials first, as vocab:totable() gives) or a token list
-local function make_vocab(v, key, level)
-  if type(v) ~= "table" then
-    C.fail(level + 1, "%s: option '%s' must be a vocabulary (datasets/vocab.lua) or a token list, " ..
-                      "got %s (or pass dataset=)", CLS, key, type(v))
-  end
-  if v.itos and v.stoi then return v end
-  if v[1] == Vocab.SPECIALS[1] then return Vocab.from_list(v) end
-  return Vocab.new(v)
-end
+                 "length_penalty", "attention", "supervise"}
 
 local Seq2Seq = nn.Module:extend("Seq2Seq")
 M.Seq2Seq = Seq2Seq
@@ -54,22 +43,22 @@ M.Seq2Seq = Seq2Seq
 ---         bidirectional=true, layers=1, input_feeding=true, score="additive", mode="soft",
 ---         window=3, temperature=1, normaliser="softmax", soft_prob=0.5, entropy=0.01,
 ---         baseline_decay=0.9, ds=0, coverage=false, coverage_penalty=0, max_src=42,
----         hard_eval="argmax", filters=8, kernel=7, length_penalty=0, task=nil} -> model
+---         hard_eval="argmax", filters=8, kernel=7, length_penalty=0, attention=true,
+---         supervise=0, task=nil} -> model
 -- dataset: a datasets/seq2seq_tasks.lua dataset (its src_vocab, tgt_vocab and task are
 -- used).  hidden: the decoder's size; a bidirectional encoder has hidden/2 per direction.
 -- rnn: "lstm" | "gru" (encoder and decoder).  score/mode: any of glimpse.attention.SCORES /
 -- MODES.  max_src: the most source positions (the location score's output size).
+-- attention=false: no attention, the encoder's last states are the context of every step
+-- (Bahdanau et al.'s RNNenc baseline).  supervise > 0: add supervise * the mean -log alpha
+-- of the true source position (supervised attention) on batches with `align` (B,T)
+-- (datasets/compare_tasks.lua; positions 0 are left out).
 function Seq2Seq:init(o)
   if type(o) ~= "table" then
     C.fail(3, "%s: expected an options table {dataset=, score=, mode=, ...}, got %s", CLS, type(o))
   end
   C.known_keys(CLS, o, OPTIONS, 3)
-  local ds = o.dataset
-  if ds ~= nil and (type(ds) ~= "table" or not ds.src_vocab or not ds.tgt_vocab) then
-    C.fail(3, "%s: option 'dataset' must be a seq2seq dataset with src_vocab and tgt_vocab", CLS)
-  end
-  local src_vocab = make_vocab(o.src_vocab or (ds and ds.src_vocab), "src_vocab", 3)
-  local tgt_vocab = make_vocab(o.tgt_vocab or (ds and ds.tgt_vocab), "tgt_vocab", 3)
+  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, o, 3)
   local c = {
     task = o.task or (ds and ds.task) or nil,
     emb = C.positive_int(CLS, o, "emb", 32, 3),
@@ -95,6 +84,8 @@ function Seq2Seq:init(o)
     filters = C.positive_int(CLS, o, "filters", 8, 3),
     kernel = C.positive_int(CLS, o, "kernel", 7, 3),
     length_penalty = C.number_in(CLS, o, "length_penalty", 0, -math.huge, math.huge, 3),
+    attention = C.bool(o, "attention", true),
+    supervise = C.number_in(CLS, o, "supervise", 0, 0, math.huge, 3),
   }
   if c.bidirectional and c.hidden % 2 ~= 0 then
     C.fail(3, "%s: a bidirectional encoder needs an even hidden size (hidden/2 per direction), " ..
@@ -121,6 +112,11 @@ function Seq2Seq:init(o)
   self.encoder = Rnn(c.emb, He, {bidirectional = c.bidirectional, layers = c.layers})
   self.bridge = nn.Linear(K, H)                                -- h_0 = tanh(W [h_fwd; h_bwd])
   self.decoder = Cell(c.emb + (c.input_feeding and H or 0), H) -- [y_{t-1}; h~_{t-1}]
+  if not c.attention then                                      -- RNNenc (Cho et al.): c = the
+    self.combine = nn.Linear(K + H, H)                         -- encoder's last states
+    self.out = nn.Linear(H, tgt_vocab:size())
+    return
+  end
   local ok, a = pcall(nn.Attention, {score = c.score, mode = c.mode, query = H, key = K,
                                      hidden = c.attn_hidden, window = c.window,
                                      temperature = c.temperature, normaliser = c.normaliser,
@@ -168,7 +164,14 @@ function Seq2Seq:encode(src, lengths)
   for d = 1, dirs do last[d] = st.h:select(1, (c.layers - 1) * dirs + d) end
   local h = self.bridge(dirs == 2 and glimpse.cat(last, 2) or last[1]):tanh()
   local c0 = c.rnn == "lstm" and glimpse.zeros(h.shape[1], self.H) or nil
-  return enc, h, c0
+  return enc, h, c0, last
+end
+
+-- the attention state of a new batch; without attention, the encoder's last states (B,K)
+-- stand in as the one fixed context of every step (Bahdanau et al.'s RNNenc baseline)
+function Seq2Seq:_attention_state(enc, last, mask)
+  if not self.attention then return {summary = #last == 2 and glimpse.cat(last, 2) or last[1]} end
+  return self.attention:precompute(enc, nil, mask)
 end
 
 --- model:step(y_emb (B,E), feed (B,H), h, c, enc, mask, astate) -> h~_t, h_t, c_t, alpha_t,
@@ -177,7 +180,11 @@ function Seq2Seq:step(y_emb, feed, h, c, enc, mask, astate)
   local x = self.config.input_feeding and glimpse.cat({y_emb, feed}, 2) or y_emb
   if self.config.rnn == "lstm" then h, c = self.decoder(x, h, c) else h = self.decoder(x, h) end
   local ctx, alpha
-  ctx, alpha, astate = self.attention(h, enc, nil, mask, astate)
+  if self.attention then
+    ctx, alpha, astate = self.attention(h, enc, nil, mask, astate)
+  else
+    ctx = astate.summary
+  end
   local ht = self.combine(glimpse.cat({ctx, h}, 2)):tanh()
   return ht, h, c, alpha, astate
 end
@@ -186,20 +193,59 @@ end
 ---   reward= (hard), ds= , coverage= (when on)}
 -- batch: ds:collate's table (src, src_lengths, src_mask, tgt_in, tgt_out, tgt_mask).
 -- Teacher forcing; the REINFORCE surrogate is added in training mode only.
-function Seq2Seq:loss(b)
-  check_batch(b, "Seq2Seq:loss", true, 2)
-  local Vt = self.tgt_vocab:size()
+-- teacher forcing over the batch: h~_t (list of T (B,H)), alpha_t (list), the attention
+-- state, local-p's predicted centres p_t (list of T (B), or empty)
+function Seq2Seq:_forced(b)
   local B, T = b.tgt_in.shape[1], b.tgt_in.shape[2]
-  local enc, h, c = self:encode(b.src, b.src_lengths)
-  local astate = self.attention:precompute(enc, nil, b.src_mask)
+  local enc, h, c, last = self:encode(b.src, b.src_lengths)
+  local astate = self:_attention_state(enc, last, b.src_mask)
   local yemb = self.tgt_emb(b.tgt_in)                          -- (B,T,E)
   local feed = glimpse.zeros(B, self.H)
-  local hts, alphas = {}, {}
+  local hts, alphas, centres = {}, {}, {}
   for t = 1, T do
     feed, h, c, alphas[t], astate = self:step(yemb:select(2, t), feed, h, c, enc, b.src_mask,
                                               astate)
     hts[t] = feed
+    if astate.position ~= nil and type(astate.position) ~= "number" then
+      centres[t] = astate.position
+    end
   end
+  return hts, alphas, astate, centres
+end
+
+--- model:alignments(batch) -> alpha (B,T,S) under teacher forcing (nil without attention),
+--- centres (B,T) local-p's predicted window centres (nil in other modes); evaluation mode,
+--- no tape.  batch needs tgt_in (ds:collate).
+function Seq2Seq:alignments(b)
+  check_batch(b, "Seq2Seq:alignments", true, 2)
+  if not self.attention then return nil end
+  local was_training = self.training
+  self:evaluate()
+  local ok, alpha, centres = pcall(glimpse.no_grad, function()
+    local _, alphas, _, cs = self:_forced(b)
+    return glimpse.stack(alphas, 2), #cs > 0 and glimpse.stack(cs, 2) or nil
+  end)
+  if was_training then self:train() end
+  if not ok then error(alpha, 0) end
+  return alpha, centres
+end
+
+-- supervised attention: the mean over target steps with a true source position (align > 0)
+-- of -log alpha_t[align_t]
+local function supervision(alphas, align)
+  local a = glimpse.stack(alphas, 2)                           -- (B,T,S)
+  local B, T = a.shape[1], a.shape[2]
+  local known = align:gt(0)
+  local idx = align:clamp(1, a.shape[3]):reshape(B, T, 1)
+  local nll = -(a:gather(3, idx):reshape(B, T) + 1e-9):log() * known
+  return nll:sum() / math.max(1, known:sum():item())
+end
+
+function Seq2Seq:loss(b)
+  check_batch(b, "Seq2Seq:loss", true, 2)
+  local Vt = self.tgt_vocab:size()
+  local B, T = b.tgt_in.shape[1], b.tgt_in.shape[2]
+  local hts, alphas, astate = self:_forced(b)
   local logits = self.out(glimpse.stack(hts, 2)):reshape(B * T, Vt)
   local targets = b.tgt_out:reshape(B * T)
   local nll = glimpse.cross_entropy(logits, targets, {ignore_index = Vocab.PAD, reduction = "none"})
@@ -213,20 +259,25 @@ function Seq2Seq:loss(b)
     local right = logits:argmax(2):eq(targets):reshape(B, T) * b.tgt_mask
     stats.token_accuracy = right:sum():item() / math.max(ntok, 1)
   end)
-  if cfg.mode == "hard" and self.training then
+  if cfg.mode == "hard" and self.attention and self.training then
     local logp, Hs = self.attention:reinforce_terms(astate, b.tgt_mask)
     local surrogate = att.reinforce_loss(-nll_seq, logp, {baseline = self.baseline, entropy = Hs,
                                                           entropy_weight = cfg.entropy})
     loss = loss + surrogate * (B / ntok)
     stats.reward = -nll_seq:mean():item()
   end
-  if cfg.ds > 0 then
+  if cfg.supervise > 0 and self.attention and glimpse.is_tensor(b.align) then
+    local sup = supervision(alphas, b.align)
+    stats.supervision = sup:item()
+    loss = loss + sup * cfg.supervise
+  end
+  if cfg.ds > 0 and self.attention then
     local pen = att.doubly_stochastic(alphas, {mask = b.src_mask, tgt_mask = b.tgt_mask,
                                                weight = cfg.ds})
     stats.ds = pen:item()
     loss = loss + pen * (B / ntok)
   end
-  if cfg.coverage_penalty > 0 then
+  if cfg.coverage_penalty > 0 and self.attention then
     local pen = att.coverage_penalty(alphas, {tgt_mask = b.tgt_mask, weight = cfg.coverage_penalty})
     stats.coverage = pen:item()
     loss = loss + pen * (B / ntok)
@@ -236,8 +287,8 @@ end
 
 -- The decoding state: everything with one row per sequence (glimpse.decode reorders it).
 function Seq2Seq:_decode_state(b)
-  local enc, h, c = self:encode(b.src, b.src_lengths)
-  local astate = self.attention:precompute(enc, nil, b.src_mask)
+  local enc, h, c, last = self:encode(b.src, b.src_lengths)
+  local astate = self:_attention_state(enc, last, b.src_mask)
   return {h = h, c = c, feed = glimpse.zeros(h.shape[1], self.H), att = astate}
 end
 
@@ -303,6 +354,11 @@ Seq2Seq.load = M.load
 
 function Seq2Seq:extra_repr()
   local c = self.config
+  if not c.attention then
+    return string.format("%s%s x%d, no attention (RNNenc), emb=%d, hidden=%d, src=%d, tgt=%d",
+                         c.bidirectional and "bi-" or "", c.rnn, c.layers, c.emb, c.hidden,
+                         self.src_vocab:size(), self.tgt_vocab:size())
+  end
   return string.format("%s%s x%d, score=%s, mode=%s, emb=%d, hidden=%d, src=%d, tgt=%d",
                        c.bidirectional and "bi-" or "", c.rnn, c.layers, c.score, c.mode, c.emb,
                        c.hidden, self.src_vocab:size(), self.tgt_vocab:size())

@@ -43,9 +43,14 @@ M.Attention = Attention
 -- w_c * coverage inside the additive score), max_len (location score: most positions, 100),
 -- beta (cosine: a fixed key strength; nil: beta = softplus(w^T q + b) learned), soft_prob
 -- (hard mode: probability of using the expected context for a sequence, default 0),
--- hard_eval ("argmax" | "sample" | "soft": what hard mode does in evaluate(), "argmax"),
+-- hard_eval ("argmax" | "sample" | "soft": what hard mode does in evaluate(), "argmax"; for
+-- monotonic mode "soft" keeps the expected alignment, anything else decodes hard),
 -- estimator ("reinforce": sampled cells and their log-probabilities for a REINFORCE loss;
 -- "gumbel": straight-through Gumbel-softmax with temperature tau (1), no REINFORCE terms).
+-- "monotonic" mode (Raffel et al. 2017): stop probabilities sigmoid(e + r), the expected
+-- alignment (attention.monotonic) in training with Gaussian noise of std `noise` (1) on the
+-- energies, hard monotonic choices in evaluate(); monotonic_r: r's start value (-1).
+-- The "conv" score (Allamanis et al. 2016) uses `kernel` (5) as its convolutions' width.
 -- Forward: ctx (B,Dv), alpha (B,L), state = att(query (B,Dq), keys (B,L,Dk), values
 -- (B,L,Dv) or nil (= keys), mask (B,L) or nil, state or nil).
 function Attention:init(o)
@@ -72,6 +77,9 @@ function Attention:init(o)
     error(string.format("%s: the %s score needs query == key sizes, got %d and %d (use general)",
                         cls, s, dq, dk), 3)
   end
+  if self.mode == "monotonic" and self.use_coverage then
+    error(cls .. ": monotonic mode does not take coverage", 3)
+  end
   if (self.mode == "location" or self.use_coverage) and s ~= "additive" and s ~= "concat" then
     error(cls .. ": location-aware mode and coverage need the additive or concat score", 3)
   end
@@ -88,6 +96,15 @@ function Attention:init(o)
   elseif s == "location" then
     self.max_len = o.max_len or 100
     self.proj = linear(dq, self.max_len, true)        -- a = softmax(W q)
+  elseif s == "conv" then                            -- Allamanis et al. 2016
+    local R = o.kernel or 5
+    if math.type(R) ~= "integer" or R < 1 or R % 2 == 0 then
+      error(cls .. ": the conv score's kernel must be a positive odd integer, got " .. tostring(R), 3)
+    end
+    self.conv_width = R
+    self.conv1 = linear(R * dk, dh, true)              -- F1, b1: H filters over the keys
+    self.gate = linear(dq, dh, false)                  -- Wq: the query's gate on the features
+    self.conv2 = linear(R * dh, 1, false)              -- F2: one score per position
   elseif s == "cosine" then
     if dq ~= dk or o.project then self.query_proj = linear(dq, dk, false) end
     if type(o.beta) == "number" then
@@ -96,6 +113,12 @@ function Attention:init(o)
       self.beta_proj = linear(dq, 1, true)            -- beta = softplus(w^T q + b)
       glimpse.no_grad(function() self.beta_proj.bias:fill_(5) end)
     end
+  end
+  if self.mode == "monotonic" then
+    -- p = sigmoid(e + r + noise): r < 0 starts with small stopping probabilities (Raffel
+    -- et al. use r = -4 with long training; -1 suits short budgets); noise (std) in training
+    self.monotonic_r = glimpse.full({1}, o.monotonic_r or -1):requires_grad()
+    self.noise = o.noise or 1
   end
   if self.mode == "local-p" then
     self.pos_proj = linear(dq, dh, false)             -- p_t = S sigmoid(v_p^T tanh(W_p q))
@@ -119,6 +142,9 @@ function Attention:score_params()
             v = self.v}
   elseif s == "concat" then return {W = self.proj.weight, v = self.v}
   elseif s == "location" then return {W = self.proj.weight, b = self.proj.bias}
+  elseif s == "conv" then
+    return {F1 = self.conv1.weight, b1 = self.conv1.bias, Wq = self.gate.weight,
+            F2 = self.conv2.weight}
   elseif s == "cosine" then
     return {W = self.query_proj and self.query_proj.weight, beta = self.beta,
             Wb = self.beta_proj and self.beta_proj.weight,
@@ -181,11 +207,37 @@ function Attention:forward(q, keys, values, mask, state)
     extra = extra and extra + term or term
   end
   o.extra = extra
+  if mode == "monotonic" then return self:monotonic_step(q, values, mask, state) end
   local ctx, alpha = att.step(self.score, self:score_params(), state.cache, q, values, m, o)
   if mode == "hard" then ctx = self:hard_context(ctx, alpha, values, state) end
   state.prev_alpha = alpha
   state.coverage = state.coverage and state.coverage + alpha or alpha
   return ctx, alpha, state
+end
+
+-- monotonic mode (Raffel et al. 2017): training (and hard_eval = "soft") uses the expected
+-- alignment with noisy energies; evaluation makes the hard monotonic choice.  The state keeps
+-- the previous alignment (B,L), starting as a one-hot at position 1, and the hard position.
+function Attention:monotonic_step(q, values, mask, state)
+  local B, L = state.keys.shape[1], state.keys.shape[2]
+  local e = att.scores(self.score, self:score_params(), state.cache, q) + self.monotonic_r
+  local alpha
+  if self.training or self.hard_eval == "soft" then
+    if self.training and self.noise > 0 then e = e + glimpse.randn(B, L) * self.noise end
+    local prev = state.mono_prev
+    if not prev then                                      -- alpha_0 = one-hot at 1
+      prev = L > 1 and glimpse.cat({glimpse.ones(B, 1), glimpse.zeros(B, L - 1)}, 2)
+             or glimpse.ones(B, 1)
+    end
+    alpha = att.monotonic(e, prev, mask)
+    state.mono_prev = alpha
+  else
+    alpha, state.mono_pos = att.monotonic_hard(e, state.mono_pos or glimpse.ones(B),
+                                               att.lengths(mask, B, L))
+  end
+  state.prev_alpha = alpha
+  state.coverage = state.coverage and state.coverage + alpha or alpha
+  return att.context(alpha, values), alpha, state
 end
 
 -- hard mode: replace the expected context by a sampled annotation (training), keep the

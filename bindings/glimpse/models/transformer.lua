@@ -1,0 +1,225 @@
+--- glimpse.models.transformer -- a Transformer encoder-decoder (Vaswani et al. 2017) for the
+-- synthetic sequence tasks, with the same calling convention as models.Seq2Seq, so
+-- self-attention stands in the same table as the RNN decoders (glimpse.compare):
+--
+--   local model = glimpse.models.Transformer{dataset = ds, d = 64, heads = 4, layers = 2}
+--   local loss, stats = model:loss(ds:collate({1, 2, 3}))     -- stats.nll, stats.token_accuracy
+--   local ids, extras = model:decode(ds:collate({1, 2}))       -- greedy; extras.alignments
+--   local alpha = model:alignments(batch)                      -- (B,T,S) cross-attention
+--   model:save("t.safetensors");  model = glimpse.models.Transformer.load("t.safetensors")
+--
+-- The model, from glimpse.nn's layers (PyTorch's maths and parameter names):
+--   x = PE(E_src src * sqrt(d)),  memory = EncoderLayer^N(x, key padding mask)
+--   y = PE(E_tgt y_<t * sqrt(d)), h = DecoderLayer^N(y, memory, causal), p(y_t) = softmax(W h_t)
+-- positions: "sinusoidal" (fixed, defined at every length) or "learned" (a table of
+-- max_len rows; rows past the training lengths stay near their random start).
+-- The alignment a glimpse table shows for it is the last decoder layer's attention over the
+-- memory, averaged over the heads.
+local glimpse = require "glimpse"
+local nn = require "glimpse.nn"
+local Vocab = require "datasets.vocab"
+local C = require "glimpse.models.common"
+
+local M = {}
+
+local CLS = "Transformer"
+local FORMAT = "glimpse.transformer"
+local OPTIONS = {"dataset", "src_vocab", "tgt_vocab", "task", "d", "heads", "layers", "ff",
+                 "dropout", "positions", "max_len", "norm_first"}
+
+local Transformer = nn.Module:extend("Transformer")
+M.Transformer = Transformer
+
+--- Transformer{dataset= | src_vocab=, tgt_vocab=, d=64, heads=4, layers=2, ff=128,
+---             dropout=0, positions="sinusoidal", max_len=256, norm_first=false} -> model
+-- d: the model width (a multiple of heads); layers: encoder and decoder layers each; ff: the
+-- feed-forward width; max_len: the longest source or target (+1) it can take.
+function Transformer:init(o)
+  if type(o) ~= "table" then
+    C.fail(3, "%s: expected an options table {dataset=, d=, heads=, ...}, got %s", CLS, type(o))
+  end
+  C.known_keys(CLS, o, OPTIONS, 3)
+  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, o, 3)
+  local c = {
+    task = o.task or (ds and ds.task) or nil,
+    d = C.positive_int(CLS, o, "d", 64, 3),
+    heads = C.positive_int(CLS, o, "heads", 4, 3),
+    layers = C.positive_int(CLS, o, "layers", 2, 3),
+    ff = C.positive_int(CLS, o, "ff", 128, 3),
+    dropout = C.number_in(CLS, o, "dropout", 0, 0, 0.99, 3),
+    positions = C.one_of(CLS, o, "positions", "sinusoidal", {"sinusoidal", "learned"},
+                         "positions", 3),
+    max_len = C.positive_int(CLS, o, "max_len", 256, 3),
+    norm_first = C.bool(o, "norm_first", false),
+  }
+  if c.d % c.heads ~= 0 then
+    C.fail(3, "%s: d = %d is not a multiple of heads = %d", CLS, c.d, c.heads)
+  end
+  rawset(self, "config", c)
+  rawset(self, "src_vocab", src_vocab)
+  rawset(self, "tgt_vocab", tgt_vocab)
+  self.src_emb = nn.Embedding(src_vocab:size(), c.d)
+  self.tgt_emb = nn.Embedding(tgt_vocab:size(), c.d)
+  self.pos = nn.PositionalEncoding(c.d, {max_len = c.max_len, learned = c.positions == "learned"})
+  local lo = {dim_feedforward = c.ff, dropout = c.dropout, norm_first = c.norm_first}
+  self.encoder = nn.Sequential{}
+  self.decoder = nn.Sequential{}
+  for _ = 1, c.layers do
+    self.encoder:add(nn.TransformerEncoderLayer(c.d, c.heads, lo))
+  end
+  for _ = 1, c.layers do
+    self.decoder:add(nn.TransformerDecoderLayer(c.d, c.heads, lo))
+  end
+  self.out = nn.Linear(c.d, tgt_vocab:size())
+end
+
+local function shape_str(t)
+  return glimpse.is_tensor(t) and "{" .. table.concat(t.shape, ",") .. "}" or type(t)
+end
+
+local function check_batch(b, fname, need_target, level)
+  if type(b) ~= "table" or not glimpse.is_tensor(b.src) or b.src:dim() ~= 2 then
+    C.fail(level + 1, "%s: batch must be a table with src (B,S) (ds:collate), got %s", fname,
+           type(b) == "table" and shape_str(b.src) or type(b))
+  end
+  if need_target and (not glimpse.is_tensor(b.tgt_in) or b.tgt_in:dim() ~= 2
+                      or b.tgt_in.shape[1] ~= b.src.shape[1]) then
+    C.fail(level + 1, "%s: batch.tgt_in must be a (B,T) tensor with B = %d, got %s", fname,
+           b.src.shape[1], shape_str(b.tgt_in))
+  end
+end
+
+local function src_mask(b)
+  return b.src_mask or b.src:ne(Vocab.PAD)
+end
+
+--- model:encode(src (B,S), mask (B,S)) -> memory (B,S,d)
+function Transformer:encode(src, mask)
+  local d = self.config.d
+  if src.shape[2] > self.config.max_len then
+    C.fail(2, "%s:encode: source length %d > max_len %d", CLS, src.shape[2], self.config.max_len)
+  end
+  local x = self.pos(self.src_emb(src) * math.sqrt(d))
+  for _, layer in self.encoder:named_children() do x = layer(x, {key_padding_mask = mask}) end
+  return x
+end
+
+--- model:decode_logits(tgt_in (B,T), memory (B,S,d), mask (B,S)) -> logits (B,T,V),
+--- cross-attention weights of the last layer (B,T,S)
+function Transformer:decode_logits(tgt_in, memory, mask)
+  local y = self.pos(self.tgt_emb(tgt_in) * math.sqrt(self.config.d))
+  local w
+  local n, i = #self.decoder, 0
+  for _, layer in self.decoder:named_children() do
+    i = i + 1
+    y, w = layer(y, memory, {causal = true, memory_key_padding_mask = mask,
+                             need_weights = i == n})
+  end
+  return self.out(y), w
+end
+
+--- model:loss(batch) -> loss (mean token cross-entropy), stats {nll=, token_accuracy=, tokens=}
+function Transformer:loss(b)
+  check_batch(b, "Transformer:loss", true, 2)
+  local mask = src_mask(b)
+  local logits = self:decode_logits(b.tgt_in, self:encode(b.src, mask), mask)
+  local B, T, V = logits.shape[1], logits.shape[2], logits.shape[3]
+  local flat = logits:reshape(B * T, V)
+  local targets = b.tgt_out:reshape(B * T)
+  local loss = glimpse.cross_entropy(flat, targets, {ignore_index = Vocab.PAD})
+  local ntok = b.tgt_mask:sum():item()
+  local stats = {nll = loss:item(), tokens = ntok}
+  glimpse.no_grad(function()
+    local right = flat:argmax(2):eq(targets):reshape(B, T) * b.tgt_mask
+    stats.token_accuracy = right:sum():item() / math.max(ntok, 1)
+  end)
+  return loss, stats
+end
+
+--- model:alignments(batch) -> (B,T,S) the last decoder layer's attention over the source
+--- under teacher forcing (heads averaged); evaluation mode, no tape
+function Transformer:alignments(b)
+  check_batch(b, "Transformer:alignments", true, 2)
+  local was_training = self.training
+  self:evaluate()
+  local ok, w = pcall(glimpse.no_grad, function()
+    local mask = src_mask(b)
+    local _, w = self:decode_logits(b.tgt_in, self:encode(b.src, mask), mask)
+    return w
+  end)
+  if was_training then self:train() end
+  if not ok then error(w, 0) end
+  return w
+end
+
+--- model:decode(batch, {beam=1, max_len=T+5}) -> outputs, extras: greedy decoding (the
+--- decoder runs over the whole prefix at each step); outputs[b] the predicted ids (<end>
+--- excluded), extras.alignments[b] the attention rows of each step (<end> step included).
+--- Only beam = 1.
+function Transformer:decode(b, opts)
+  check_batch(b, "Transformer:decode", false, 2)
+  opts = opts or {}
+  if type(opts) ~= "table" then C.fail(2, "Transformer:decode: opts must be a table") end
+  local beam = C.positive_int("Transformer:decode", opts, "beam", 1, 2)
+  if beam ~= 1 then C.fail(2, "Transformer:decode: only greedy decoding (beam = 1), got %d", beam) end
+  local default_len = glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5
+  local max_len = C.positive_int("Transformer:decode", opts, "max_len", default_len, 2)
+  max_len = math.min(max_len, self.config.max_len)
+  local was_training = self.training
+  self:evaluate()
+  local ok, outs, aligns = pcall(glimpse.no_grad, function()
+    local mask = src_mask(b)
+    local memory = self:encode(b.src, mask)
+    local B = b.src.shape[1]
+    local prefix, outs, aligns, done = {}, {}, {}, {}
+    for i = 1, B do prefix[i], outs[i], aligns[i] = {Vocab.START}, {}, {} end
+    local left = B
+    for t = 1, max_len do
+      local logits, w = self:decode_logits(glimpse.tensor(prefix), memory, mask)
+      local next_ids = logits:select(2, t):argmax(2):totable()
+      local rows = w:select(2, t):totable()
+      for i = 1, B do
+        local y = next_ids[i]
+        if type(y) == "table" then y = y[1] end
+        y = math.tointeger(y)
+        if not done[i] then
+          aligns[i][t] = rows[i]
+          if y == Vocab.END then done[i], left = true, left - 1 else outs[i][#outs[i] + 1] = y end
+        end
+        prefix[i][t + 1] = done[i] and Vocab.PAD or y
+      end
+      if left == 0 then break end
+    end
+    return outs, aligns
+  end)
+  if was_training then self:train() end
+  if not ok then error(outs, 0) end
+  return outs, {alignments = aligns}
+end
+
+--- model:save(path, meta) -> path (safetensors with the configuration and vocabularies)
+function Transformer:save(path, meta)
+  return C.save(self, path, FORMAT, {config = self.config, src_vocab = self.src_vocab:totable(),
+                                     tgt_vocab = self.tgt_vocab:totable()}, meta,
+                "Transformer:save")
+end
+
+--- Transformer.load(path) -> model (evaluation mode), meta
+function M.load(path)
+  local sd, m, meta = C.load(path, FORMAT, {"config", "src_vocab", "tgt_vocab"}, "Transformer.load")
+  local o = C.copy(m.config)
+  o.src_vocab, o.tgt_vocab = Vocab.from_list(m.src_vocab), Vocab.from_list(m.tgt_vocab)
+  local model = Transformer(o)
+  C.load_weights(model, sd, path, "Transformer.load")
+  return model, meta
+end
+Transformer.load = M.load
+
+function Transformer:extra_repr()
+  local c = self.config
+  return string.format("d=%d, heads=%d, layers=%d, ff=%d, positions=%s, src=%d, tgt=%d",
+                       c.d, c.heads, c.layers, c.ff, c.positions, self.src_vocab:size(),
+                       self.tgt_vocab:size())
+end
+
+return M
