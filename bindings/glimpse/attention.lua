@@ -461,9 +461,21 @@ end
 --- attention.conv_scores(f (B,L,H), q (B,Dq), Wq (H,Dq), F2 (1,R*H)) -> e (B,L):
 --- the features gated by the query (f * Wq q) and convolved down to one score per position
 function M.conv_scores(f, q, Wq, F2)
+  local fname = "attention.conv_scores"
+  check_tensor(f, "features", 3, 2, fname)
+  check_tensor(q, "query", 2, 2, fname)
+  check_tensor(Wq, "Wq", 2, 2, fname)
+  check_tensor(F2, "F2", 2, 2, fname)
   local B, L, H = f.shape[1], f.shape[2], f.shape[3]
-  local g = f * glimpse.linear(q, Wq):reshape(B, 1, H)
-  return glimpse.linear(M.unfold(g, F2.shape[2] // H), F2):reshape(B, L)
+  local R = F2.shape[2] // H
+  if q.shape[1] ~= B or Wq.shape[1] ~= H or R * H ~= F2.shape[2] or R % 2 == 0 then
+    error(string.format("%s: features {%s}, query {%s}, Wq {%s} and F2 {%s} do not fit "
+                        .. "(f (B,L,H), q (B,Dq), Wq (H,Dq), F2 (1,R*H) with R odd)", fname,
+                        table.concat(f.shape, ","), table.concat(q.shape, ","),
+                        table.concat(Wq.shape, ","), table.concat(F2.shape, ",")), 2)
+  end
+  local g = f * named(fname, glimpse.linear, q, Wq):reshape(B, 1, H)
+  return named(fname, glimpse.linear, M.unfold(g, R), F2):reshape(B, L)
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -519,11 +531,27 @@ end
 -- first j with sigmoid(e_j) >= 0.5; a row that finds none attends nowhere (alpha 0) and
 -- keeps its position.  No gradient.
 function M.monotonic_hard(e, pos, lengths)
-  check_tensor(e, "energies", 2, 2)
+  local fname = "attention.monotonic_hard"
+  check_tensor(e, "energies", 2, 2, fname)
   local B, L = e.shape[1], e.shape[2]
   local ev = e:detach():totable()
   local pv = glimpse.is_tensor(pos) and pos:totable() or pos
   local lv = glimpse.is_tensor(lengths) and lengths:totable() or lengths
+  for _, what in ipairs({"pos", "lengths"}) do
+    local v = what == "pos" and pv or lv
+    if v ~= nil or what == "pos" then
+      if type(v) ~= "table" or #v ~= B then
+        error(string.format("%s: %s must be a tensor or table of %d positions (energies {%s})",
+                            fname, what, B, table.concat(e.shape, ",")), 2)
+      end
+      for b = 1, B do
+        if type(v[b]) ~= "number" or v[b] ~= v[b] or v[b] < 1 or v[b] > L then
+          error(string.format("%s: %s[%d] must be a position in 1..%d, got %s", fname, what, b,
+                              L, tostring(v[b])), 2)
+        end
+      end
+    end
+  end
   local rows, newpos = {}, {}
   for b = 1, B do
     local r = {}
