@@ -85,15 +85,21 @@ local ok, configs, skipped = pcall(compare.grid, {
   baselines = args.baselines, tasks = args.tasks, seeds = whole(args.seeds, "--seeds"),
   settings = settings})
 if not ok then parser:error(tostring(configs):gsub("^.-:%d+: ", "")) end
+-- under mpirun each rank runs its share of the grid on one worker; rank 0 writes and prints
+local rank, ranks = glimpse.dist.init()
 for _, s in ipairs(skipped) do
-  print(string.format("compare: skipping %s: %s", s.mechanism, s.reason))
+  if rank == 0 then print(string.format("compare: skipping %s: %s", s.mechanism, s.reason)) end
 end
 local jobs = args.jobs and whole(args.jobs, "--jobs") or compare.cores()
+if ranks > 1 then jobs = 1 end
 
 util.mkdir_p(args.out)
 local run = experiment.start(args, {name = "compare", config = settings, quiet = true})
-print(string.format("compare: %d configurations (tasks %s, %d seeds), %d steps each, %d jobs, " ..
-                    "out %s", #configs, args.tasks, args.seeds, args.steps, jobs, args.out))
+if rank == 0 then
+  print(string.format("compare: %d configurations (tasks %s, %d seeds), %d steps each, %s, " ..
+                      "out %s", #configs, args.tasks, args.seeds, args.steps,
+                      ranks > 1 and ranks .. " ranks" or jobs .. " jobs", args.out))
+end
 local rows, records, failures, missing = compare.run{configs = configs, out = args.out, jobs = jobs,
                                             skipped = skipped, command = util.command_line(),
                                             run = not args.report_only}

@@ -277,4 +277,62 @@ function T.test_resume_on_a_different_number_of_ranks()
   assert_same_params(d .. "/straight.st", d .. "/b.st", "1 rank, then 2")
 end
 
+-- ---------------------------------------------------------------------------------------
+-- compare sweeps over the ranks (scripts/compare.lua, glimpse.compare.run)
+
+local TIMING = {ms_per_step = true, cpu_ms_per_step = true, train_seconds = true,
+                wall_seconds = true, cpu_seconds = true}
+
+local function without_timing(rows)
+  local out = {}
+  for i, r in ipairs(rows) do
+    out[i] = {}
+    for k, v in pairs(r) do if not TIMING[k] then out[i][k] = v end end
+  end
+  return out
+end
+
+function T.test_a_compare_sweep_on_two_ranks_writes_what_one_process_writes()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  local grid = {"scripts/compare.lua", "--mechanisms", "additive/soft,dot/soft,rnnenc",
+                "--tasks", "reversal", "--seeds", "1", "--steps", "40", "--eval-every", "20",
+                "--train-n", "200", "--valid-n", "20", "--test-n", "10", "--test-lengths", "10,20"}
+  local function with_out(dir)
+    local a = table.move(grid, 1, #grid, 1, {})
+    a[#a + 1] = "--out"
+    a[#a + 1] = dir
+    return a
+  end
+  run_glimpse(nil, with_out(d .. "/one"))
+  local out = run_glimpse(2, with_out(d .. "/two"))
+  -- three configurations: two on rank 0, one on rank 1, each rank on one worker
+  lu.assertStrContains(out, "compare (rank 0 of 2): 2 configurations to run with 1 job")
+  lu.assertStrContains(out, "compare (rank 1 of 2): 1 configurations to run with 1 job")
+  lu.assertStrContains(out, "compare: 3 results, 0 failed, 0 not run")
+  local one, two = util.read_json(d .. "/one/results.json"), util.read_json(d .. "/two/results.json")
+  lu.assertEquals(#one.results, 3)
+  for _, r in ipairs(two.results) do lu.assertTrue(r.accuracy_mean > 0, r.mechanism) end
+  lu.assertEquals(without_timing(two.results), without_timing(one.results))
+  lu.assertEquals({two.failures, two.missing, two.skipped}, {one.failures, one.missing, one.skipped})
+  -- run again: everything is finished, nothing runs on either rank
+  out = run_glimpse(2, with_out(d .. "/two"))
+  lu.assertStrContains(out, "compare (rank 0 of 2): 0 configurations to run")
+  lu.assertStrContains(out, "compare (rank 1 of 2): 0 configurations to run")
+end
+
+function T.test_a_failed_configuration_on_rank_1_is_reported_and_run_again()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  local out = run_glimpse(2, {"tests/dist/compare.lua", d .. "/c", "--break"})
+  lu.assertStrContains(out, "rank 0: 1 records, 1 failed (reversal.rnnenc.s1)")
+  lu.assertStrContains(out, "rank 1: no outputs")
+  local failed = util.read_json(d .. "/c/runs/reversal.rnnenc.s1.json")
+  lu.assertStrContains(failed.error, "no-such-task")
+  -- the next invocation runs the failed one again (only it), and rank 0 has every result
+  out = run_glimpse(2, {"tests/dist/compare.lua", d .. "/c"})
+  lu.assertStrContains(out, "rank 0: 2 records, 0 failed ()")
+  lu.assertEquals(#util.read_json(d .. "/c/results.json").results, 2)
+end
+
 return T

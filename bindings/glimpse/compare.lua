@@ -418,7 +418,7 @@ function M.run_local(configs, dir, o)
     util.write_json(jp, c)
     by_job[jp], list[#list + 1] = c, jp
   end
-  local listfile = dir .. "/runs/pending.txt"
+  local listfile = os.tmpname()                  -- this process's own: MPI ranks share dir
   util.write_lines(listfile, list)
   local code = 'require("glimpse.compare").work(os.getenv("GLIMPSE_COMPARE_JOB"))'
   local inner = 'GLIMPSE_COMPARE_JOB="$1" OPENBLAS_NUM_THREADS=1 ' ..
@@ -731,24 +731,48 @@ function M.run(o)
   end
   local say = o.say or print
   util.mkdir_p(o.out .. "/runs")
-  local mine, dist = o.configs, distributed()
-  if dist then mine = M.shard(o.configs, dist.rank(), dist.size()) end
-  local waiting = M.pending(mine, o.out)
-  -- seed by seed: a run cut short still covers every task and mechanism with its first seeds
-  local index = {}
-  for i, c in ipairs(waiting) do index[c] = i end
-  table.sort(waiting, function(a, b)
-    if a.seed ~= b.seed then return a.seed < b.seed end
-    return index[a] < index[b]
-  end)
+  local dist = distributed()
+  local jobs = dist and 1 or o.jobs or M.cores()  -- under MPI: one worker process per rank
+  -- what is left to run, seed by seed: a run cut short still covers every task and
+  -- mechanism with its first seeds.  Under MPI rank 0's folder decides, and the ranks split
+  -- the pending list (item i to rank (i - 1) % size), so a resumed run stays balanced.
+  local waiting = {}
+  if not dist or dist.is_root() then
+    waiting = M.pending(o.configs, o.out)
+    local index = {}
+    for i, c in ipairs(waiting) do index[c] = i end
+    table.sort(waiting, function(a, b)
+      if a.seed ~= b.seed then return a.seed < b.seed end
+      return index[a] < index[b]
+    end)
+  end
+  if dist then
+    local ids = {}
+    for i, c in ipairs(waiting) do ids[i] = c.id end
+    local by_id = {}
+    for _, c in ipairs(o.configs) do by_id[c.id] = c end
+    waiting = {}
+    for _, id in ipairs(dist.gather_tables({ids = ids})[1].ids or {}) do
+      waiting[#waiting + 1] = by_id[id]
+    end
+    waiting = dist.shard(waiting)
+  end
   local todo = o.run == false and {} or waiting  -- run = false: gather and write only
-  say(string.format("compare: %d configurations, %d finished already, %d to run with %d jobs",
-                    #mine, #mine - #waiting, #todo, o.jobs or M.cores()))
-  local timer, k = util.Timer(), 0
-  M.run_local(todo, o.out, {jobs = o.jobs, on_done = function(c, r)
+  local who = dist and string.format("compare (rank %d of %d)", dist.rank(), dist.size())
+              or "compare"
+  if dist then
+    say(string.format("%s: %d configurations to run with 1 job", who, #todo))
+  else
+    say(string.format("compare: %d configurations, %d finished already, %d to run with %d jobs",
+                      #o.configs, #o.configs - #waiting, #todo, jobs))
+  end
+  local timer, k, done = util.Timer(), 0, {}
+  M.run_local(todo, o.out, {jobs = jobs, on_done = function(c, r)
     k = k + 1
     if r.error then
       say(string.format("[%d/%d] %s FAILED: %s", k, #todo, c.id, tostring(r.error):match("[^\n]*")))
+      r = {error = tostring(r.error), id = c.id, task = c.task, mechanism = c.mechanism,
+           seed = c.seed, config = c}
     else
       local long = 0
       for _, e in ipairs(r.accuracy_by_length) do long = math.max(long, e.length) end
@@ -757,16 +781,22 @@ function M.run(o)
                         r.accuracy_by_length[1].length, r.ms_per_step, r.wall_seconds,
                         timer:elapsed()))
     end
+    done[#done + 1] = r
   end})
   if dist then
-    dist.barrier()
-    if dist.rank() ~= 0 then return nil end
+    -- every rank's results (finished or failed) to rank 0, which keeps them in its runs/
+    -- folder: the ranks need not share a file system, and a failure is re-run next time
+    local all = dist.gather_tables({results = done})
+    if not dist.is_root() then return nil end
+    for _, part in ipairs(all) do
+      for _, r in ipairs(part.results or {}) do util.write_json(result_path(o.out, r.config), r) end
+    end
   end
   local records, failures, missing = M.gather(o.configs, o.out)
   local rows = M.summarise(records)
   M.write(o.out, rows, records, {skipped = o.skipped, failures = failures, missing = missing,
                                  command = o.command, seconds = timer:elapsed(),
-                                 jobs = o.jobs or M.cores()})
+                                 jobs = dist and dist.size() or jobs})
   return rows, records, failures, missing
 end
 
