@@ -723,7 +723,8 @@ end
 --- rows, records, failures, missing: runs the pending configurations (resuming: finished
 --- ones are kept; seed by seed, so that a run cut short covers the whole grid with its
 --- first seeds), gathers every result and writes the outputs.  Under MPI (glimpse.dist with
---- size > 1) each rank runs its shard and rank 0 gathers and writes.  run = false runs
+--- size > 1) the ranks split rank 0's pending list (dist.shard), each runs its part on one
+--- worker (jobs is ignored), and rank 0 gathers the records (dist.gather_tables) and writes.  run = false runs
 --- nothing: the outputs of the configurations finished so far (the rest are `missing`).
 function M.run(o)
   if type(o) ~= "table" or type(o.configs) ~= "table" or type(o.out) ~= "string" then
