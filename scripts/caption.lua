@@ -4,6 +4,8 @@
 --   glimpse scripts/caption.lua --quick                          (scenes, soft, 1000 steps)
 --   glimpse scripts/caption.lua --attention hard                 (20000 scenes, 3750 steps)
 --   glimpse scripts/caption.lua --attention hard --recipe paper  (Xu et al.'s REINFORCE)
+--   glimpse scripts/caption.lua --load out/caption-scenes-soft/model.safetensors --steps 0
+--                                                      (evaluate a saved captioner, no training)
 --   glimpse scripts/caption.lua --karpathy dataset_flickr8k.json --images Flicker8k_Dataset \
 --       --encoder vgg16 --encoder-weights vgg16.safetensors   (a real corpus; frozen VGG-16)
 --
@@ -11,15 +13,16 @@
 -- image, and (scenes, shapes) the attention inside the named item's box.  Writes
 -- model.safetensors, metrics.json, run.json, samples.txt, overlay_<k>.png and index.html.
 local glimpse = require "glimpse"
-local experiment, report = glimpse.experiment, glimpse.report
+local experiment = glimpse.experiment
 local Captioner, RECIPES = glimpse.captioner.Captioner, glimpse.captioner.RECIPES
 local recipes = {}
 for k in pairs(RECIPES) do recipes[#recipes + 1] = k end
 local ce, sources = glimpse.models.caption_eval, glimpse.data.caption_sources
 
 local p = experiment.parser("caption", "Train a Show, Attend and Tell captioner.",
-  {steps = 0, eval_every = 625, out = "out/caption-<dataset>-<attention>",
+  {steps = false, eval_every = 625, out = "out/caption-<dataset>-<attention>",
    quick = {train = 4000, valid = 300, test = 300, epochs = 8, steps = 1000, eval_every = 125}})
+experiment.add_flags(p, {load = false})
 local function num(name, help, default) p:option(name, help, default):convert(tonumber) end
 local function flag(name, help) p:flag(name, help) end
 local function choice(name, help, list, default) p:option(name, help, default):choices(list) end
@@ -61,7 +64,7 @@ num("--test", "test scenes", "500")
 num("--clutter", "scenes: clutter fragments per scene", "0")
 num("--min-count", "karpathy: least count of a vocabulary word", "5")
 num("--max-len", "longest caption (words)", "30")
-num("--epochs", "training epochs (--steps > 0 caps them)", "6")
+num("--epochs", "training epochs (the step budget unless --steps is given)", "6")
 num("--batch", "batch size", "32")
 num("--lr", "Adam learning rate", "0.003")
 num("--clip", "gradient-norm clip (0: none)", "5")
@@ -71,7 +74,7 @@ num("--overlays", "test images drawn with per-word attention", "8")
 p:option("--init", "start from the weights of a saved captioner (the sizes must match)")
 local args = experiment.parse(p)
 local name = args.karpathy and "karpathy" or args.dataset
-args.out = args.out:gsub("<dataset>", name):gsub("<attention>", args.attention)
+args.out = args.out:gsub("<dataset>", name):gsub("<attention>", args.load and "eval" or args.attention)
 
 local run = experiment.start(args, {name = "caption"})   -- seeds, threads, the output folder
 local t0 = glimpse.clock()
@@ -94,7 +97,7 @@ local cfg = {vocab = src.vocab, image = src.image_spec, attention = args.attenti
   dim_embed = args.embed, dim_hidden = args.hidden, dim_att = args.att, dropout = args.dropout,
   max_len = args.max_len}
 for k, v in pairs(RECIPES[args.recipe]) do cfg[k] = args[k] == nil and v or args[k] end  -- hard's
-local cap = Captioner(cfg)
+local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)
 if args.init then cap:load_weights(args.init) end
 run.config = cap.config
 run:print(string.format("  %s: %d train / %d valid / %d test, vocab %d (data %.1fs)", name,
@@ -102,8 +105,7 @@ run:print(string.format("  %s: %d train / %d valid / %d test, vocab %d (data %.1
 run:count_params(cap)
 
 local per_epoch = (src.train.n + args.batch - 1) // args.batch
-local steps = args.epochs * per_epoch
-if args.steps > 0 then steps = math.min(steps, args.steps) end
+local steps = args.steps or args.epochs * per_epoch
 local recalibrate = ce.recalibrator(cap, src, {batch = args.batch, seed = args.seed})
 local trainer = glimpse.train.Trainer(run:trainer_options{
   model = cap, data = src.train, batch_size = args.batch, shuffle = true, bucket = 20,
@@ -129,22 +131,14 @@ local r = ce.test(cap, src, {beam = args.beam, seed = args.seed})
 for _, l in ipairs(r.lines) do print(l) end
 glimpse.util.write_lines(run:path("samples.txt"), r.samples)
 run:write_run_json()
-run:write_metrics{dataset = name, attention = args.attention, steps = history.steps,
-  recipe = args.attention == "hard" and args.recipe or nil, train_seconds = history.seconds,
+run:write_metrics{dataset = name, attention = cap.config.attention, steps = history.steps,
+  recipe = cap.config.attention == "hard" and not args.load and args.recipe or nil, load = args.load, train_seconds = history.seconds,
   test_bleu = r.bleu, test_bleu_greedy = r.bleu_greedy, test_loss = r.loss, beam = args.beam,
   baseline_bleu = {bag_of_words = r.baselines.bag_of_words, random_caption = r.baselines.random_caption},
   attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced,
   history = history.evals, config = cap.config}
 
-local page = report.Page{title = "glimpse captioner"}
-page:heading(string.format("Show, Attend and Tell: %s, %s attention (%s score)", name,
-                           args.attention, args.score))
-page:paragraph(string.format("%d steps, %.0f s of training.", history.steps, history.seconds))
-for _, l in ipairs(r.lines) do page:paragraph(l) end
-page:paragraph("Each strip: the image, then where the model looked for each word it generated.")
-for _, o in ipairs(ce.overlays(cap, src.test, r.words, r.alphas, run.dir, args.overlays)) do
-  page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, BLEU-4 %.0f)",
-                     o.i, o.words, table.concat(o.refs, " / "), 100 * o.bleu[1], 100 * o.bleu[4])})
-end
-page:write(run:path("index.html"))
+ce.page(cap, src.test, r, run.dir, {overlays = args.overlays, intro = string.format(
+  "%d steps, %.0f s of training.", history.steps, history.seconds), title = string.format(
+  "Show, Attend and Tell: %s, %s attention (%s score)", name, cap.config.attention, cap.config.score)})
 print("wrote model.safetensors, metrics.json, samples.txt, overlay_*.png and index.html to " .. run.dir)

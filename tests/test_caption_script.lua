@@ -62,6 +62,20 @@ function T.test_soft_run_writes_every_output_and_its_page_fits_1280px_in_chromiu
   lu.assertEquals(r.broken, 0, r.line)
   lu.assertTrue(r.scroll <= WINDOW, r.line)
   lu.assertTrue(r.body <= WINDOW, r.line)
+  -- --load with --steps 0: the saved model evaluated again, no training, the same numbers
+  local e = tmpdir("soft-eval")
+  local data = "--train 96 --valid 16 --test 16 --overlays 0 --beam 2"
+  ok, out = run(string.format("%s --load %s/model.safetensors --steps 0 --out %s", data, d, e))
+  lu.assertTrue(ok, out)
+  local again = util.read_json(e .. "/metrics.json")
+  lu.assertEquals(math.tointeger(again.steps), 0)
+  lu.assertNil(out:find("train +%d+/"), out)                 -- no progress line: nothing trained
+  lu.assertEquals(again.test_bleu, m.test_bleu)
+  lu.assertEquals(again.attention_in_box, m.attention_in_box)
+  ok, out = run(string.format("%s --dataset shapes --load %s/model.safetensors --steps 0 --out %s",
+                              data, d, e))
+  lu.assertFalse(ok)
+  lu.assertStrContains(out, "Captioner.load: " .. d .. "/model.safetensors was trained with another vocabulary")
 end
 
 function T.test_hard_run_with_the_leave_one_out_recipe_trains_and_records_it()

@@ -70,6 +70,16 @@ function T.test_config_file_overrides_defaults_but_not_explicit_flags()
   lu.assertStrContains(tostring(err), "must return a table")
 end
 
+function T.test_steps_false_leaves_the_budget_to_the_script()
+  local p = experiment.parser("toy", "A toy.", {steps = false, quick = {steps = 20}})
+  lu.assertNil(experiment.parse(p, {}, {raise = true}).steps)
+  lu.assertEquals(experiment.parse(p, {"--steps", "0"}, {raise = true}).steps, 0)
+  lu.assertEquals(experiment.parse(p, {"--quick"}, {raise = true}).steps, 20)
+  local ok, err = pcall(experiment.parse, p, {"--steps=-1"}, {raise = true})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "--steps must be an integer >= 0")
+end
+
 function T.test_bad_values_of_common_flags_are_errors()
   local ok, err = pcall(parse, {"--steps", "2.5"})
   lu.assertFalse(ok)

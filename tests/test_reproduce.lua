@@ -109,6 +109,23 @@ function T.test_checkpoint_reevaluation_gives_the_recorded_numbers()
   end
 end
 
+function T.test_captioner_checkpoint_reevaluation_gives_the_recorded_bleu()
+  local dir = H.tmpdir() .. "/sat"
+  local rec = tiny(dir, "sat_scenes")
+  for _, kind in ipairs({"soft", "hard"}) do
+    local r = rec.sat_scenes.runs[kind]
+    lu.assertEquals(r.status, "done", tostring(r.reason))
+    lu.assertStrContains(r.eval_command, "--steps 0")
+    lu.assertTrue(os.execute(r.eval_command .. " > /dev/null 2>&1") == true, r.eval_command)
+    local m = util.read_json(dir .. "/out/sat_scenes/" .. kind .. "/eval/metrics.json")
+    lu.assertEquals(m.steps, 0)
+    lu.assertEquals(m.attention, kind)
+    local before = util.read_json(dir .. "/out/sat_scenes/" .. kind .. "/metrics.json")
+    lu.assertEquals(m.test_bleu, before.test_bleu)
+    lu.assertEquals(m.test_loss, before.test_loss)
+  end
+end
+
 function T.test_a_run_stopped_short_of_its_budget_is_not_done()
   -- the time-limit guard (or ^C) ends the script early: its numbers are not the budget's
   local short = {name = "short_test", title = "short", paper = "-",

@@ -44,7 +44,8 @@ local KNOWN_DEFAULTS = {seed = true, threads = true, steps = true, time_limit = 
 --- flags: --seed, --threads, --out, --quick, --steps, --time-limit, --config, --eval-every,
 --- --log-every, --distributed.  defaults: {seed=1, threads=1, steps=1000, time_limit=3600,
 --- eval_every=250, log_every=50, out="out/<name>", quick={flag = value, ...}} where `quick`
---- holds the values --quick puts in place (unless given on the command line).  Add the
+--- holds the values --quick puts in place (unless given on the command line).  steps = false:
+--- --steps has no default (args.steps is nil unless given; the script decides).  Add the
 --- script's own options to the parser, then call experiment.parse(parser).
 function M.parser(name, description, defaults)
   if type(name) ~= "string" or name == "" then
@@ -72,7 +73,7 @@ function M.parser(name, description, defaults)
     local key = c[3]
     local d = defaults[key]
     if d == nil then d = DEFAULTS[key] end
-    parser:option(c[1], c[2], tostring(d)):convert(tonumber)
+    parser:option(c[1], c[2], d ~= false and tostring(d) or nil):convert(tonumber)
   end
   local out_default = defaults.out
   if out_default == nil then out_default = "out/" .. name end
@@ -83,6 +84,7 @@ function M.parser(name, description, defaults)
               .. "(docs/distributed.md)")
   parser:option("--config", "a Lua file returning a table of flag values ({lr = 0.01, ...})")
   rawset(parser, "_glimpse_quick", defaults.quick or {})
+  rawset(parser, "_glimpse_no_steps", defaults.steps == false)
   rawset(parser, "_glimpse_name", name)
   rawset(parser, "_glimpse_ints", {})
   return parser
@@ -210,7 +212,9 @@ function M.parse(parser, argv, opts)
   for _, c in ipairs(COMMON) do
     local key, lo = c[3], c[4]
     local v = args[key]
-    if lo then
+    if v == nil and key == "steps" and rawget(parser, "_glimpse_no_steps") then
+      -- no default: the script decides the budget
+    elseif lo then
       if type(v) == "number" and v % 1 == 0 then v = math.tointeger(v) end
       if math.type(v) ~= "integer" or v < lo then
         parse_error(parser, raise, string.format("%s must be an integer >= %d, got %s", c[1], lo,

@@ -155,8 +155,7 @@ T[#T + 1] = {name = "ntm_copy", title = "NTM copy vs LSTM (Graves et al. 2014, s
 
 local function caption_run(kind)
   return {id = kind, script = "scripts/caption.lua", steps = {full = 20000, quick = 200, tiny = 2},
-    no_eval = "scripts/caption.lua has no --load yet (issue 12 rewrites it; its --steps 0 means no "
-              .. "limit): re-run the command",
+    checkpoint = "model.safetensors",           -- --load it with --steps 0: evaluated again
     flags = function(mode)
       return cat({"--dataset", "scenes", "--attention", kind, "--overlays", 0, "--threads", 1},
                  by(mode, {full = {"--train", 20000, "--epochs", 1000, "--time-limit", 36000},

@@ -265,4 +265,21 @@ function M.overlays(cap, set, words, alphas, dir, n)
   return rows
 end
 
+--- caption_eval.page(cap, set, r, dir, {title=, intro=, overlays=8}) -> path: dir/index.html,
+-- a glimpse.report page with the title, the intro line, r.lines (caption_eval.test's summary)
+-- and the overlay strips of the first `overlays` images of the set (written into dir).
+function M.page(cap, set, r, dir, opts)
+  opts = opts or {}
+  local page = glimpse.report.Page{title = "glimpse captioner"}
+  page:heading(opts.title or "Show, Attend and Tell")
+  if opts.intro then page:paragraph(opts.intro) end
+  for _, l in ipairs(r.lines) do page:paragraph(l) end
+  page:paragraph("Each strip: the image, then where the model looked for each word it generated.")
+  for _, o in ipairs(M.overlays(cap, set, r.words, r.alphas, dir, opts.overlays or 8)) do
+    page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, BLEU-4 %.0f)",
+                       o.i, o.words, table.concat(o.refs, " / "), 100 * o.bleu[1], 100 * o.bleu[4])})
+  end
+  return page:write(dir .. "/index.html")
+end
+
 return M

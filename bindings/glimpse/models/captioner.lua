@@ -896,9 +896,24 @@ local function integers(v)
   return v
 end
 
---- Captioner.load(path) -> captioner (in evaluation mode) from a file cap:save wrote.
-function M.load(path)
+-- an error (at level) unless the vocabularies mine and theirs (word lists) are the same
+local function same_vocab(mine, theirs, fname, path, level)
+  for k = 1, math.max(#mine, #theirs) do
+    if mine[k] ~= theirs[k] then
+      fail(level + 1, "%s: %s was trained with another vocabulary (word %d: %s, here %s)",
+           fname, path, k, tostring(theirs[k]), tostring(mine[k]))
+    end
+  end
+end
+
+--- Captioner.load(path [, {vocab=}]) -> captioner (in evaluation mode) from a file cap:save
+-- wrote.  vocab: the vocabulary of the data it will see (a datasets/vocab.lua vocabulary); an
+-- error unless the saved one is the same (word ids would mean other words).
+function M.load(path, opts)
   if type(path) ~= "string" then fail(2, "Captioner.load: path must be a string, got %s", type(path)) end
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(2, "Captioner.load: opts must be a table, got %s", type(opts))
+  end
   local ok, sd, meta = pcall(glimpse.load, path)
   if not ok then fail(2, "Captioner.load: %s", tostring(sd):gsub("^[^:]*:%d+: ", "")) end
   if meta.format ~= FORMAT or not meta.config or not meta.vocab then
@@ -910,6 +925,7 @@ function M.load(path)
   local o = {}
   for k, v in pairs(cfg) do o[k] = v end
   o.vocab = Vocab.from_list(itos)
+  if opts and opts.vocab then same_vocab(opts.vocab:totable(), itos, "Captioner.load", path, 2) end
   local spec = {}
   for k, v in pairs(cfg.encoder) do spec[k] = v end
   spec.init = false                                             -- the weights come next
@@ -928,13 +944,7 @@ Captioner.load = M.load
 -- e.g. a soft model to start hard attention from.  The sizes and the vocabulary must match.
 function Captioner:load_weights(path)
   local src = M.load(path)
-  local mine, theirs = self.vocab:totable(), src.vocab:totable()
-  for k = 1, math.max(#mine, #theirs) do
-    if mine[k] ~= theirs[k] then
-      fail(2, "Captioner:load_weights: %s was trained with another vocabulary (word %d: %s, here %s)",
-           path, k, tostring(theirs[k]), tostring(mine[k]))
-    end
-  end
+  same_vocab(self.vocab:totable(), src.vocab:totable(), "Captioner:load_weights", path, 2)
   local ok, err = pcall(self.load_state_dict, self, src:state_dict())
   if not ok then
     fail(2, "Captioner:load_weights: %s does not fit this model: %s", path,
