@@ -9,40 +9,16 @@ local lu = require "luaunit"
 local glimpse = require "glimpse"
 local Vocab = glimpse.data.Vocab
 local Captioner = glimpse.captioner.Captioner
+local H = require "tests.helpers"
 
 local T = {}
 
 local WORDS = {"a", "red", "blue", "circle", "square", "above"}
 local SIZE = 16
 
-local function sh_quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. sh_quote(d)))
-  return d
-end
-
-local function rmdir(d)
-  os.execute("rm -rf " .. sh_quote(d))
-end
-
-local function read_file(p)
-  local f = io.open(p, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(p, s)
-  local f = assert(io.open(p, "wb"))
-  f:write(s)
-  f:close()
-end
+-- the shared file helpers (tests/helpers.lua): H.tmpdir's folders go at the end of the suite
+local sh_quote, tmpdir, rmdir = H.sh_quote, H.tmpdir, H.rmdir
+local read_file, write_file = H.read_file, H.write_file
 
 local EXE = arg and arg[-1]
 
