@@ -2,7 +2,7 @@
 -- al. 2015) with soft or hard attention, and look at where it looks.  docs/experiments/caption.md
 --
 --   glimpse scripts/caption.lua --quick                          (scenes, soft, 1000 steps)
---   glimpse scripts/caption.lua --attention hard                 (20000 scenes, 3750 steps)
+--   glimpse scripts/caption.lua --attention hard                 (20000 scenes, 3750 steps, Gumbel ST)
 --   glimpse scripts/caption.lua --attention hard --recipe paper  (Xu et al.'s REINFORCE)
 --   glimpse scripts/caption.lua --load out/caption-scenes-soft/model.safetensors --steps 0
 --                                                      (evaluate a saved captioner, no training)
@@ -46,7 +46,7 @@ num("--embed", "word embedding size m", "64")
 num("--hidden", "LSTM size n", "256")
 num("--att", "attention MLP size", "128")
 num("--dropout", "dropout on the deep output", "0")
-choice("--recipe", "hard: the defaults of the flags below (glimpse.captioner.RECIPES)", recipes, "loo")
+choice("--recipe", "hard: the defaults of the flags below (glimpse.captioner.RECIPES)", recipes, "gumbel")
 num("--soft-prob", "hard: probability of the expected context per batch (at the start)")
 num("--soft-prob-end", "hard: soft-prob at the end of the schedule")
 num("--entropy", "hard: entropy bonus lambda_e (at the start)")
@@ -57,7 +57,7 @@ choice("--baseline", "hard: average (moving average) | loo (leave-one-out, K > 1
 choice("--estimator", "hard: reinforce | gumbel (straight-through Gumbel-softmax)", {"reinforce", "gumbel"})
 num("--tau", "hard, gumbel: temperature")
 num("--reward-weight", "hard: REINFORCE weight lambda_r")
-choice("--hard-eval", "hard: what test time uses (argmax | soft | sample)", {"argmax", "soft", "sample"})
+choice("--hard-eval", "hard: what test time reads (also with --load)", {"argmax", "soft", "sample"})
 num("--train", "training scenes", "20000")
 num("--valid", "validation scenes", "500")
 num("--test", "test scenes", "500")
@@ -99,6 +99,9 @@ local cfg = {vocab = src.vocab, image = src.image_spec, attention = args.attenti
 for k, v in pairs(RECIPES[args.recipe]) do cfg[k] = args[k] == nil and v or args[k] end  -- hard's
 local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)
 if args.init then cap:load_weights(args.init) end
+if args.load and args.hard_eval then                  -- a saved hard model read by another rule
+  cap.attention.hard_eval, cap.config.hard_eval = args.hard_eval, args.hard_eval
+end
 run.config = cap.config
 run:print(string.format("  %s: %d train / %d valid / %d test, vocab %d (data %.1fs)", name,
                         src.train.n, src.valid.n, src.test.n, src.vocab:size(), glimpse.clock() - t0))
@@ -132,7 +135,8 @@ for _, l in ipairs(r.lines) do print(l) end
 glimpse.util.write_lines(run:path("samples.txt"), r.samples)
 run:write_run_json()
 run:write_metrics{dataset = name, attention = cap.config.attention, steps = history.steps,
-  recipe = cap.config.attention == "hard" and not args.load and args.recipe or nil, load = args.load, train_seconds = history.seconds,
+  recipe = cap.config.attention == "hard" and not args.load and args.recipe or nil,
+  load = args.load, train_seconds = history.seconds,
   test_bleu = r.bleu, test_bleu_greedy = r.bleu_greedy, test_loss = r.loss, beam = args.beam,
   baseline_bleu = {bag_of_words = r.baselines.bag_of_words, random_caption = r.baselines.random_caption},
   attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced,

@@ -90,6 +90,21 @@ function T.test_hard_run_with_the_leave_one_out_recipe_trains_and_records_it()
   lu.assertStrContains(out, "reinforce")                 -- the REINFORCE term is logged
 end
 
+function T.test_hard_default_is_gumbel_and_load_can_change_the_test_rule()
+  local d = tmpdir("hard-gumbel")
+  local ok, out = run(TINY .. " --attention hard --out " .. d)
+  lu.assertTrue(ok, out)
+  local m = util.read_json(d .. "/metrics.json")
+  lu.assertEquals({m.recipe, m.config.estimator, m.config.hard_eval}, {"gumbel", "gumbel", "argmax"})
+  local e = tmpdir("hard-gumbel-eval")
+  ok, out = run(string.format("--train 96 --valid 16 --test 16 --overlays 0 --beam 2 --load " ..
+                              "%s/model.safetensors --steps 0 --hard-eval soft --out %s", d, e))
+  lu.assertTrue(ok, out)
+  m = util.read_json(e .. "/metrics.json")
+  lu.assertEquals({m.attention, m.config.hard_eval, m.config.estimator}, {"hard", "soft", "gumbel"})
+  lu.assertEquals(glimpse.captioner.Captioner.load(e .. "/model.safetensors").attention.hard_eval, "soft")
+end
+
 -- a Karpathy-format corpus: 8 pictures (a red or blue square, left or right) with two
 -- sentences each, 6 train / 1 val / 1 test
 local function write_corpus(d)

@@ -158,7 +158,11 @@ M.Captioner = Captioner
 --           every batch at first, falling linearly to the paper's half of the batches over
 --           the first half of the steps; the entropy bonus falls from 0.01 to 0 on the same
 --           schedule; test time reads the expected context (hard_eval = "soft")
---   gumbel  straight-through Gumbel-softmax instead of REINFORCE, the same schedules
+--   gumbel  straight-through Gumbel-softmax instead of REINFORCE (the forward pass reads one
+--           sampled cell, the gradient flows through the relaxed weights), the same schedule
+--           of soft_prob; test time reads the most likely cell (hard_eval = "argmax"), as
+--           training's forward pass does (scripts/caption.lua's default: the sharpest maps
+--           and the best BLEU of the three at the default budget)
 M.RECIPES = {
   paper = {soft_prob = 0.5, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0.01, anneal = 1,
            samples = 1, baseline = "average", estimator = "reinforce", tau = 1,
@@ -168,7 +172,7 @@ M.RECIPES = {
          hard_eval = "soft"},
   gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 0.5,
             samples = 1, baseline = "average", estimator = "gumbel", tau = 1, reward_weight = 1,
-            hard_eval = "soft"},
+            hard_eval = "argmax"},
 }
 
 --- Captioner{vocab=, encoder=, dim_embed=64, dim_hidden=256, dim_att=128,
