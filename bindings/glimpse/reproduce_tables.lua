@@ -99,10 +99,10 @@ local T = M.TABLES
 
 -- full budgets, each well under 30 minutes of training on one idle core of this machine
 -- (this recipe's speed there: hull n=5 113 steps/s, hull n=10 64.6, tsp n=10 20.5; 20,000
--- steps of hull n=5 are 3 minutes, 60,000 of hull n=10 15 minutes, 25,000 of tsp n=10 20
--- minutes), sized so that both lanes finished in one evening on the shared machine (load 4-5:
--- about 4 times the idle wall time); hull with Bello et al.'s logit clipping (C = 10)
-local HULL5_FULL, HULL10_FULL, TSP10_FULL, TSP10_TRAIN = 20000, 60000, 25000, 30000
+-- steps of hull n=5 are 3 minutes, 40,000 of hull n=10 10 minutes, 20,000 of tsp n=10 16
+-- minutes), sized so that the runs finished within one evening on the shared machine (load
+-- 4-6: 4 to 8 times the idle wall time); hull with Bello et al.'s logit clipping (C = 10)
+local HULL5_FULL, HULL10_FULL, TSP10_FULL, TSP10_TRAIN = 20000, 40000, 20000, 30000
 local HULL_EXTRA = {full = {"--logit-clip", 10}, quick = {}, tiny = {}}
 local TSP10_EXTRA = {full = {"--augment"}, quick = {}, tiny = {}}
 
