@@ -277,6 +277,15 @@ function Points:collate(indices)
           indices = indices}
 end
 
+-- every example of ds as one collated batch, ds kept in it (batch.dataset)
+local function whole_batch(ds)
+  local idx = {}
+  for i = 1, ds.n do idx[i] = i end
+  local b = ds:collate(idx)
+  b.dataset = ds
+  return b
+end
+
 --- points.batch(B, {task=, n=, key=, rng=}) -> a collated batch of B fresh examples drawn
 --- from rng (a datasets.rng generator kept by the caller, so each call gives new data).
 function M.batch(B, opts)
@@ -285,12 +294,7 @@ function M.batch(B, opts)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.count = B
-  local ds = M.make(o)
-  local idx = {}
-  for i = 1, B do idx[i] = i end
-  local b = ds:collate(idx)
-  b.dataset = ds
-  return b
+  return whole_batch(M.make(o))
 end
 
 --- points.augmented_batch(ds, B, rng) -> a collated batch (as points.batch) of B examples of
@@ -333,11 +337,7 @@ function M.augmented_batch(ds, B, rng)
     else tg = M.sort_order(pts, ds.key) end
     out.points[b], out.targets[b], out.lengths[b] = pts, tg, n
   end
-  local idx = {}
-  for k = 1, B do idx[k] = k end
-  local batch = out:collate(idx)
-  batch.dataset = out
-  return batch
+  return whole_batch(out)
 end
 
 return M
