@@ -141,6 +141,17 @@ function T.test_a_run_stopped_short_of_its_budget_is_not_done()
   lu.assertStrContains(rec.short_test.runs.r.reason, "stopped at step 0 of 50")
 end
 
+function T.test_page_writes_step_budgets_as_integers()
+  local tbl = reproduce.select("pointer_sort")[1]
+  local path = H.tmpdir() .. "/page.md"
+  reproduce.write_page(path, {tbl}, {pointer_sort = {runs = {n5 = {status = "done", steps = 20000.0,
+    mode = "full", seconds = 12.5, command = "x", rows = {{label = "l", paper = "p", glimpse = 0.125}}}}}},
+    {mode = "full"})
+  local page = H.read_file(path)
+  lu.assertStrContains(page, "`n5`: 20000 steps (mode full), 12 s wall")   -- not 2e+04
+  lu.assertStrContains(page, "| l | p | 0.125 | n5 |")
+end
+
 function T.test_bad_input_is_refused_by_name()
   local ok, err = pcall(reproduce.select, "pointer_sort,nope")
   lu.assertFalse(ok)

@@ -168,7 +168,10 @@ end
 
 local function cell(v)
   if v == nil then return "—" end
-  if type(v) == "number" then return string.format("%.4g", v) end
+  if type(v) == "number" then
+    if v == math.floor(v) and math.abs(v) < 2^53 then return string.format("%d", math.tointeger(v)) end
+    return string.format("%.4g", v)
+  end
   return (tostring(v):gsub("|", "\\|"))
 end
 
