@@ -228,7 +228,7 @@ function M.make(opts)
   end
   local count = opts.count or 1000
   local rng = opts.rng or Rng.new(opts.seed or 1, "points." .. task)
-  local ds = setmetatable({task = task, n = count, points = {}, targets = {}, lengths = {},
+  local ds = setmetatable({task = task, n = count, points = {}, targets = {}, lengths = {}, key = opts.key,
                            max_points = hi}, Points)
   if task == "tsp" then ds.tour_lengths = {} end
   for i = 1, count do
@@ -277,6 +277,15 @@ function Points:collate(indices)
           indices = indices}
 end
 
+-- every example of ds as one collated batch, ds kept in it (batch.dataset)
+local function whole_batch(ds)
+  local idx = {}
+  for i = 1, ds.n do idx[i] = i end
+  local b = ds:collate(idx)
+  b.dataset = ds
+  return b
+end
+
 --- points.batch(B, {task=, n=, key=, rng=}) -> a collated batch of B fresh examples drawn
 --- from rng (a datasets.rng generator kept by the caller, so each call gives new data).
 function M.batch(B, opts)
@@ -285,12 +294,50 @@ function M.batch(B, opts)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.count = B
-  local ds = M.make(o)
-  local idx = {}
-  for i = 1, B do idx[i] = i end
-  local b = ds:collate(idx)
-  b.dataset = ds
-  return b
+  return whole_batch(M.make(o))
+end
+
+--- points.augmented_batch(ds, B, rng) -> a collated batch (as points.batch) of B examples of
+--- ds drawn with replacement, each moved by one of the 8 symmetries of the unit square (turns
+--- by 90 degrees, mirror images) and its points put in a random order.  The targets follow:
+--- sort and hull are recomputed on the moved points; tsp keeps the same (optimal) tour,
+--- renumbered and put back in tsp_exact's canonical form (from city 1, the lower-numbered
+--- neighbour second).  A fixed tsp training set then never shows the same input twice.
+function M.augmented_batch(ds, B, rng)
+  if getmetatable(ds) ~= Points then error("points.augmented_batch: ds must be a points.make dataset", 2) end
+  if math.type(B) ~= "integer" or B < 1 then error("points.augmented_batch: B must be a positive integer", 2) end
+  if type(rng) ~= "table" then error("points.augmented_batch: rng (a datasets.rng generator) expected", 2) end
+  local out = setmetatable({task = ds.task, n = B, points = {}, targets = {}, lengths = {}, key = ds.key,
+                            max_points = ds.max_points}, Points)
+  if ds.tour_lengths then out.tour_lengths = {} end
+  for b = 1, B do
+    local i = rng:int(1, ds.n)
+    local src, n, sym = ds.points[i], ds.lengths[i], rng:int(0, 7)
+    local perm, inv, pts = rng:permutation(n), {}, {}
+    for k = 1, n do
+      local x, y = src[perm[k]][1], src[perm[k]][2]
+      if sym & 4 ~= 0 then x, y = y, x end
+      if sym & 2 ~= 0 then x = 1 - x end
+      if sym & 1 ~= 0 then y = 1 - y end
+      pts[k], inv[perm[k]] = {f32(x), f32(y)}, k
+    end
+    local tg
+    if ds.task == "tsp" then
+      local old, start = ds.targets[i], 1
+      for j = 1, n do if inv[old[j]] == 1 then start = j end end
+      tg = {}
+      for j = 0, n - 1 do tg[j + 1] = inv[old[(start - 1 + j) % n + 1]] end
+      if n > 2 and tg[2] > tg[n] then
+        local r = {1}
+        for j = n, 2, -1 do r[#r + 1] = tg[j] end
+        tg = r
+      end
+      out.tour_lengths[b] = ds.tour_lengths[i]
+    elseif ds.task == "hull" then tg = M.convex_hull(pts)
+    else tg = M.sort_order(pts, ds.key) end
+    out.points[b], out.targets[b], out.lengths[b] = pts, tg, n
+  end
+  return whole_batch(out)
 end
 
 return M

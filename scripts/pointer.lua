@@ -37,6 +37,8 @@ experiment.add_flags(parser, {batch = 128, emb = {128, "point embedding size"}, 
 parser:flag("--paper", "the paper's recipe: SGD lr 1.0, clip 2.0, init uniform(-0.08, 0.08)")
 parser:option("--glimpses", "attention reads before pointing (Bello et al. 2016)", "0"):convert(tonumber)
 parser:flag("--cosine", "cosine learning-rate schedule down to 0 over --steps")
+parser:option("--logit-clip", "pointer scores C tanh(u) (Bello et al. 2016: 10; 0 off)", "0"):convert(tonumber)
+parser:flag("--augment", "fixed --train set: each example turned/mirrored and its points reordered")
 parser:option("--epoch-steps", "steps per epoch, a validation after each (as --eval-every)")
   :convert(tonumber)
 parser:option("--pictures", "test instances to draw", "4"):convert(tonumber)
@@ -46,6 +48,7 @@ local args = experiment.parse(parser)
 
 local n_lo, n_hi = args.n_min or args.n, args.n_max or args.n
 if n_hi < n_lo then parser:error("--n-max must be >= --n-min") end
+if not (args.logit_clip >= 0 and args.logit_clip < math.huge) then parser:error("--logit-clip must be >= 0") end
 if args.task == "hull" and n_lo < 3 then parser:error("hull needs at least 3 points per example") end
 local test_sizes = experiment.int_list(parser, "--test-n", args.test_n, args.task == "hull" and 3 or 1)
 for _, v in ipairs({n_hi, table.unpack(test_sizes)}) do
@@ -63,13 +66,15 @@ local size_tag = n_lo == n_hi and tostring(n_lo) or (n_lo .. "-" .. n_hi)
 args.out = args.out or string.format("out/pointer-%s-n%s", args.task, size_tag)
 
 local cfg = {task = args.task, emb = args.emb, hidden = args.hidden, glimpses = args.glimpses,
-             attn_hidden = args.attn_hidden or args.hidden, init = args.paper and "paper" or nil}
+             attn_hidden = args.attn_hidden or args.hidden, init = args.paper and "paper" or nil,
+             logit_clip = args.logit_clip}
 local run = experiment.start(args, {name = "pointer", config = cfg})
 local size_arg = n_lo == n_hi and n_lo or {n_lo, n_hi}
 local function make(n, count, seed)
   return points.make{task = args.task, n = n, count = count, seed = seed} end
 local gen_timer = util.Timer()     -- making tsp targets takes time
 local train_set = args.train > 0 and make(size_arg, args.train, args.seed) or nil
+local fixed = train_set and not args.augment and train_set  -- else a batch made every step
 local valid_set = make(size_arg, args.valid, args.seed + 7919)
 local tests = {{n = size_tag, set = make(size_arg, args.test, args.seed + 104729)}}
 for _, n in ipairs(test_sizes) do   -- extra test sets of other sizes
@@ -80,7 +85,7 @@ local gen_seconds = gen_timer:elapsed()
 local model = args.load and glimpse.models.PointerNet.load(args.load) or glimpse.models.PointerNet(cfg)
 run:count_params(model)
 run:print(string.format("pointer: %s training data, %s lr %g%s clip %g%s, data made in %.1fs",
-                        train_set and (train_set.n .. " fixed") or "fresh", args.paper and "SGD"
+                        train_set and (train_set.n .. (fixed and " fixed" or " augmented")) or "fresh", args.paper and "SGD"
                         or "Adam", args.lr, args.cosine and " (cosine)" or "", args.clip,
                         args.paper and ", init U(-0.08,0.08)" or "", gen_seconds))
 
@@ -92,10 +97,10 @@ end
 local history = glimpse.train.Trainer(run:trainer_options{
   model = model, optimizer = {args.paper and "SGD" or "Adam", lr = args.lr}, clip = args.clip,
   schedule = args.cosine and {"CosineAnnealingLR"} or nil,
-  data = train_set or function(_, rng)
+  data = fixed or function(_, rng)
+    if train_set then return points.augmented_batch(train_set, args.batch, rng) end
     return points.batch(args.batch, {task = args.task, n = size_arg, rng = rng}) end,
-  batch_size = train_set and args.batch or nil,
-  rng = not train_set and Rng.new(args.seed, "pointer.train") or nil,
+  batch_size = fixed and args.batch or nil, rng = not fixed and Rng.new(args.seed, "pointer.train") or nil,
   -- the paper's SGD minimises -log p(C|P) per sequence: the step losses summed, not averaged
   loss = args.paper and function(m, b) local l, st = m:loss(b) return l * st.steps, st end or nil,
   eval_every = args.epoch_steps, evaluate = function(m) return measure(m, valid_set, 1) end,
@@ -132,18 +137,11 @@ for ti, ts in ipairs(tests) do
   end
 end
 
-local reference = {
-  sort = "no number in the paper for sorting points (it sorts numbers in section 4.4 only)",
-  hull = "Ptr-Net trained n=5-50: accuracy n=5 92.0%, n=10 87.0%, n=50 69.6%; trained on 50: "
-         .. "72.6% exact, 99.9% area (Vinyals et al. 2015, Table 1)",
-  tsp = "average tour length optimal / Ptr-Net: n=5 2.12 / 2.12, n=10 2.87 / 2.88, n=20 3.83 / "
-        .. "3.88 (Vinyals et al. 2015, Table 2)",
-}
 run:write_run_json()
 run:write_metrics{task = args.task, n = size_tag, steps = history.steps,
                   train_seconds = history.seconds, data_seconds = gen_seconds,
                   history = history.evals, tests = results, config = model.config,
-                  optimiser = args.paper and "sgd-paper" or "adam", reference = reference[args.task]}
+                  optimiser = args.paper and "sgd-paper" or "adam", reference = require("glimpse.models.pointer").REFERENCE[args.task]}
 run:write_report{title = "pointer network: " .. args.task .. " n=" .. size_tag, history = history,
                  charts = {"accuracy"}, summary = summary, images = images}
 print(string.format("trained %d steps in %.0fs; wrote metrics.json, run.json, model.safetensors, "

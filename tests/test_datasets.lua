@@ -332,6 +332,40 @@ function T.test_convex_hull_matches_brute_force_ccw_from_lowest_index()
   end
 end
 
+function T.test_points_augmented_batches_keep_optimal_tours_and_exact_targets()
+  -- each example turned / mirrored and reordered: the tsp target is still the optimal tour
+  -- in tsp_exact's canonical form, the hull and sort targets those of the moved points
+  local P, Rng = data.points, data.Rng
+  for _, task in ipairs({"tsp", "hull", "sort"}) do
+    local ds = P.make{task = task, n = {5, 7}, count = 6, seed = 4}
+    local rng, moved = Rng.new(2, "aug"), 0
+    for _ = 1, 4 do
+      local b = P.augmented_batch(ds, 8, rng)
+      local a = b.dataset
+      lu.assertEquals(b.points.shape[1], 8)
+      for i = 1, 8 do
+        local pts = a.points[i]
+        if task == "tsp" then
+          local tour, len = P.tsp_exact(pts)
+          lu.assertEquals(a.targets[i], tour)
+          lu.assertAlmostEquals(P.tour_length(pts, a.targets[i]), len, 1e-5)
+          lu.assertAlmostEquals(a.tour_lengths[i], len, 1e-4)
+        elseif task == "hull" then lu.assertEquals(a.targets[i], P.convex_hull(pts))
+        else lu.assertEquals(a.targets[i], P.sort_order(pts)) end
+        local same = false
+        for j = 1, ds.n do
+          if ds.points[j][1][1] == pts[1][1] and ds.points[j][1][2] == pts[1][2] then same = true end
+        end
+        if not same then moved = moved + 1 end
+      end
+    end
+    lu.assertTrue(moved > 8, task .. ": the examples were not moved")
+  end
+  lu.assertErrorMsgContains("points.augmented_batch: ds must be", P.augmented_batch, {}, 4, Rng.new(1))
+  lu.assertErrorMsgContains("points.augmented_batch: B must be", P.augmented_batch,
+                            P.make{task = "tsp", n = 4, count = 2}, 0, Rng.new(1))
+end
+
 function T.test_points_dataset_sort_targets_and_padded_batches()
   local P = data.points
   local ds = P.make{task = "sort", n = {4, 7}, count = 30, seed = 9, key = "y"}

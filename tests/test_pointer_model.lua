@@ -108,6 +108,33 @@ function T.test_glimpses_and_paper_initialisation()
   lu.assertEquals(#m:decode(b, {beam = 2}), 12)
 end
 
+function T.test_logit_clipping_bounds_the_pointer_scores()
+  local b = all(data("tsp"))
+  local C = 0.01                             -- below the untrained scores' scale (~0.04)
+  local m, plain = tiny{task = "tsp", logit_clip = C}, tiny{task = "tsp"}   -- same weights
+  local st, st0 = m:_decode_state(b), plain:_decode_state(b)
+  local logits = m.pointer(st.h, nil, nil, nil, st.ptr)
+  local u = plain.pointer(st0.h, nil, nil, nil, st0.ptr)
+  -- valid positions (padding is at -1e9): C tanh(u)
+  local valid = u:gt(-1)
+  lu.assertTrue((u:abs() * valid):max():item() > 2 * C)
+  lu.assertTrue(((logits - u:tanh() * C) * valid):abs():max():item() < 1e-6)
+  lu.assertTrue((logits:abs() * valid):max():item() <= C + 1e-7)
+  m:loss(b):backward()
+  lu.assertNotNil(m.pointer.v.grad)
+  local path = os.tmpname()
+  m:save(path, {steps = 0})
+  local m2 = PointerNet.load(path)
+  os.remove(path)
+  lu.assertEquals(m2.config.logit_clip, C)
+  m:evaluate()
+  lu.assertEquals(m2:decode(b, {beam = 2}), m:decode(b, {beam = 2}))
+  lu.assertErrorMsgContains("PointerNet: option 'logit_clip' must be a finite number >= 0",
+                            PointerNet, {logit_clip = -1})
+  lu.assertErrorMsgContains("nn.Pointer: option 'logit_clip'", glimpse.nn.Pointer,
+                            {query = 4, key = 4, logit_clip = "x"})
+end
+
 function T.test_save_and_load_give_the_same_outputs()
   local m = tiny{task = "hull", glimpses = 1}
   local b = all(data("hull"))

@@ -41,12 +41,13 @@ function T.test_tiny_run_writes_json_per_table_and_the_page()
     lu.assertEquals(j.table, name)
     lu.assertTrue(next(j.runs) ~= nil, name .. ": no runs recorded")
   end
-  local hull = s.rec.pointer_hull.runs["n5-10"]
+  local hull = s.rec.pointer_hull.runs.n10
+  lu.assertEquals(s.rec.pointer_hull.runs.n5.status, "done")
   lu.assertEquals(hull.status, "done", tostring(hull.reason))
   lu.assertEquals(hull.steps, 2)
   lu.assertTrue(hull.seconds >= 0 and hull.machine.cores >= 1)
-  lu.assertEquals(#hull.rows, 6)                        -- n=5 and n=10: greedy, beam, area
-  lu.assertEquals(hull.rows[1].paper, "92.0%")
+  lu.assertEquals(#hull.rows, 3)                        -- n=10: greedy, beam, area
+  lu.assertEquals(hull.rows[1].paper, "87.0%")
   lu.assertStrMatches(hull.rows[1].glimpse, "%d+%.%d%%")
   local page = H.read_file(s.dir .. "/results.md")
   lu.assertStrContains(page, "mode **tiny**")
@@ -73,20 +74,35 @@ function T.test_second_run_keeps_finished_runs_and_reruns_the_lost_one()
   local path = s.dir .. "/results/pointer_hull.json"
   local _, log = tiny(s.dir)
   lu.assertStrContains(log, "pointer_sort/n5: done before, kept")
-  lu.assertStrContains(log, "pointer_hull/n5-10: done before, kept")
+  lu.assertStrContains(log, "pointer_hull/n10: done before, kept")
   lu.assertNotStrContains(log, "scripts/pointer.lua")  -- nothing ran
   -- a kill during a run leaves it out of the JSON (written after each run): it runs again,
   -- the finished one is kept
   local j = util.read_json(path)
-  j.runs["n5-10"] = nil
+  j.runs.n10 = nil
+  j.runs["gone"] = {id = "gone", status = "done", rows = {}}   -- a run the table no longer has
   util.write_json(path, j)
   local sort = util.read_json(s.dir .. "/results/pointer_sort.json")
   sort.runs.n5.status = "failed"
   util.write_json(s.dir .. "/results/pointer_sort.json", sort)
   _, log = tiny(s.dir)
-  lu.assertStrContains(log, "pointer_hull/n5-10: done in")
+  lu.assertStrContains(log, "pointer_hull/n10: done in")
+  lu.assertStrContains(log, "pointer_hull/n5: done before, kept")
   lu.assertStrContains(log, "pointer_sort/n5: done in")
-  lu.assertEquals(util.read_json(path).runs["n5-10"].status, "done")
+  j = util.read_json(path)
+  lu.assertEquals(j.runs.n10.status, "done")
+  lu.assertNil(j.runs.gone)
+end
+
+function T.test_a_run_of_some_tables_keeps_the_others_on_the_page()
+  local s = first_run()
+  local _, log = tiny(s.dir, "pointer_sort")
+  lu.assertStrContains(log, "pointer_sort/n5: done before, kept")
+  local page = H.read_file(s.dir .. "/results.md")
+  lu.assertStrContains(page, "Ptr-Net: sorting points")
+  lu.assertStrContains(page, "NTM copy vs LSTM")           -- from its JSON, not run now
+  lu.assertStrContains(page, "| hull n=10, exact (greedy) | 87.0% | ")
+  lu.assertNotStrContains(page, "Ptr-Net: TSP")             -- no record: not on the page
 end
 
 function T.test_checkpoint_reevaluation_gives_the_recorded_numbers()
@@ -140,6 +156,17 @@ function T.test_a_run_stopped_short_of_its_budget_is_not_done()
   lu.assertTrue(ok, tostring(rec))
   lu.assertEquals(rec.short_test.runs.r.status, "failed")
   lu.assertStrContains(rec.short_test.runs.r.reason, "stopped at step 0 of 50")
+end
+
+function T.test_page_writes_step_budgets_as_integers()
+  local tbl = reproduce.select("pointer_sort")[1]
+  local path = H.tmpdir() .. "/page.md"
+  reproduce.write_page(path, {tbl}, {pointer_sort = {runs = {n5 = {status = "done", steps = 20000.0,
+    mode = "full", seconds = 12.5, command = "x", rows = {{label = "l", paper = "p", glimpse = 0.125}}}}}},
+    {mode = "full"})
+  local page = H.read_file(path)
+  lu.assertStrContains(page, "`n5`: 20000 steps (mode full), 12 s wall")   -- not 2e+04
+  lu.assertStrContains(page, "| l | p | 0.125 | n5 |")
 end
 
 function T.test_bad_input_is_refused_by_name()

@@ -194,8 +194,25 @@ function T.test_pointer_glimpses_and_cosine_schedule_train_and_reload()
   lu.assertEquals(m2.tests[1].beam.exact, m.tests[1].beam.exact)
 end
 
+function T.test_pointer_augmented_tsp_and_logit_clip_train_and_reload()
+  local d = tmpdir("tsp-augment")
+  local ok, out = run("scripts/pointer.lua", TINY .. " --task tsp --n 6 --train 20 --augment "
+                      .. "--logit-clip 10 --out " .. d)
+  lu.assertTrue(ok, out)
+  lu.assertStrContains(out, "20 augmented training data")
+  local m = util.read_json(d .. "/metrics.json")
+  lu.assertEquals(m.config.logit_clip, 10)
+  ok, out = run("scripts/pointer.lua", TINY .. " --task tsp --n 6 --train 20 --steps 0 --load "
+                .. d .. "/model.safetensors --out " .. d .. "-reload")
+  lu.assertTrue(ok, out)
+  local m2 = util.read_json(d .. "-reload/metrics.json")
+  lu.assertEquals(m2.config.logit_clip, 10)
+  lu.assertEquals(m2.tests[1].beam.tour_length, m.tests[1].beam.tour_length)
+end
+
 function T.test_pointer_bad_flags_give_a_clear_error()
   assert_rejects("scripts/pointer.lua", "--glimpses -1", "--glimpses")
+  assert_rejects("scripts/pointer.lua", "--logit-clip=-2", "--logit-clip must be >= 0")
   assert_rejects("scripts/pointer.lua", "--task tsp --n 20", "Held-Karp")
   assert_rejects("scripts/pointer.lua", "--task hull --n 2", "at least 3 points")
   assert_rejects("scripts/pointer.lua", "--test-n 5,x", "--test-n must list integers")

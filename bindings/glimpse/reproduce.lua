@@ -118,7 +118,8 @@ end
 
 --- reproduce.run{mode="full"|"quick"|"tiny", out=, results=, doc=, tables=, exe=, log=}
 --- -> {table name -> record}: runs what is not done yet, writes RESULTS/<table>.json after
---- every run and the page DOC (markdown) at the end.  exe: the glimpse executable (default
+--- every run and the page DOC (markdown) at the end (every table with a RESULTS/<table>.json:
+--- a run of some tables keeps the others' rows).  exe: the glimpse executable (default
 --- build/glimpse); log: a function(line) (default print).
 function M.run(o)
   if type(o) ~= "table" then fail("reproduce.run: expected an options table, got %s", type(o)) end
@@ -133,6 +134,9 @@ function M.run(o)
     local path = o.results .. "/" .. tbl.name .. ".json"
     local rec = util.exists(path) and util.read_json(path) or {}
     rec.table, rec.title, rec.paper, rec.runs = tbl.name, tbl.title, tbl.paper, rec.runs or {}
+    local ids = {}
+    for _, run in ipairs(tbl.runs) do ids[run.id] = true end
+    for id in pairs(rec.runs) do if not ids[id] then rec.runs[id] = nil end end  -- a run the table dropped
     for _, run in ipairs(tbl.runs) do
       local words, dir, steps = command_of(o.exe, tbl, run, o.mode, o.out)
       local old = rec.runs[run.id]
@@ -151,13 +155,23 @@ function M.run(o)
     util.write_json(path, rec, {indent = 2})
     all[tbl.name] = rec
   end
-  M.write_page(o.doc, M.select(o.tables), all, o)
+  -- the page shows every table with a record: those not run now come from their JSON
+  local shown = {}
+  for _, tbl in ipairs(M.TABLES) do
+    local path = o.results .. "/" .. tbl.name .. ".json"
+    if not all[tbl.name] and util.exists(path) then all[tbl.name] = util.read_json(path) end
+    if all[tbl.name] then shown[#shown + 1] = tbl end
+  end
+  M.write_page(o.doc, shown, all, o)
   return all
 end
 
 local function cell(v)
   if v == nil then return "—" end
-  if type(v) == "number" then return string.format("%.4g", v) end
+  if type(v) == "number" then
+    if v == math.floor(v) and math.abs(v) < 2^53 then return string.format("%d", math.tointeger(v)) end
+    return string.format("%.4g", v)
+  end
   return (tostring(v):gsub("|", "\\|"))
 end
 
@@ -167,13 +181,13 @@ end
 function M.write_page(path, tbls, records, o)
   local m = experiment.machine()
   local L = {"# The papers' tables, reproduced", "",
-             "Made by `make reproduce" .. (o.mode == "quick" and " QUICK=1" or o.mode == "tiny"
+             "Last written by `make reproduce" .. (o.mode == "quick" and " QUICK=1" or o.mode == "tiny"
                and " TINY=1" or "") .. "` (mode **" .. o.mode .. "**; every run a step budget "
                .. "with seed 1) on " .. tostring(m.cpu) .. ", " .. tostring(m.cores) .. " cores, "
                .. "glimpse " .. tostring(m.glimpse) .. " (page written at commit " .. tostring(m.commit) .. "). "
                .. "Each run's wall time and the machine's load average when it started are in "
                .. "its line: the numbers come from the step budgets, the times move with the "
-               .. "load.", ""}
+               .. "load. A run of some tables (`--tables`) keeps the others' rows.", ""}
   local modes, order = {}, {}
   for _, tbl in ipairs(tbls) do
     for _, r in pairs((records[tbl.name] or {runs = {}}).runs) do

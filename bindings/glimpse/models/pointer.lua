@@ -26,15 +26,16 @@ local CLS = "PointerNet"
 local FORMAT = "glimpse.pointer"
 local END = 1                      -- pointer position 1: the end slot (and the go input)
 
-local OPTIONS = {"task", "emb", "hidden", "attn_hidden", "glimpses", "init"}
+local OPTIONS = {"task", "emb", "hidden", "attn_hidden", "glimpses", "init", "logit_clip"}
 
 local PointerNet = nn.Module:extend("PointerNet")
 M.PointerNet = PointerNet
 
 --- PointerNet{task="sort", emb=128, hidden=128, attn_hidden=hidden, glimpses=0,
----            init="default"} -> model
+---            init="default", logit_clip=0} -> model
 -- task: "sort" | "hull" | "tsp" (when the end slot opens).  init="paper": every parameter
 -- uniform in [-0.08, 0.08] (the paper's initialisation); "default": each module's own.
+-- logit_clip = C > 0: the pointer's scores become C tanh(u) (Bello et al. 2016: C = 10).
 function PointerNet:init(o)
   if type(o) ~= "table" then
     C.fail(3, "%s: expected an options table {task=, emb=, hidden=, ...}, got %s", CLS, type(o))
@@ -46,7 +47,13 @@ function PointerNet:init(o)
     hidden = C.positive_int(CLS, o, "hidden", 128, 3),
     glimpses = C.nonneg_int(CLS, o, "glimpses", 0, 3),
     init = C.one_of(CLS, o, "init", "default", {"default", "paper"}, "init", 3),
+    logit_clip = o.logit_clip or 0,
   }
+  if type(c.logit_clip) ~= "number" or c.logit_clip < 0 or c.logit_clip ~= c.logit_clip
+     or c.logit_clip == math.huge then
+    C.fail(3, "%s: option 'logit_clip' must be a finite number >= 0 (0: off), got %s", CLS,
+           tostring(o.logit_clip))
+  end
   c.attn_hidden = C.positive_int(CLS, o, "attn_hidden", c.hidden, 3)
   rawset(self, "config", c)
   rawset(self, "E", c.emb)
@@ -57,7 +64,8 @@ function PointerNet:init(o)
   self.go = go:requires_grad()                              -- the end slot / first input
   self.encoder = nn.LSTM(c.emb, c.hidden)
   self.decoder = nn.LSTMCell(c.emb, c.hidden)
-  self.pointer = nn.Pointer{query = c.hidden, key = c.hidden, hidden = c.attn_hidden}
+  self.pointer = nn.Pointer{query = c.hidden, key = c.hidden, hidden = c.attn_hidden,
+                            logit_clip = c.logit_clip}
   if c.glimpses > 0 then
     self.glimpse = nn.Attention{score = "additive", query = c.hidden, key = c.hidden,
                                 hidden = c.attn_hidden}
@@ -257,10 +265,20 @@ function M.load(path)
 end
 PointerNet.load = M.load
 
+--- the paper's numbers per task, for metrics.json (Vinyals et al. 2015)
+M.REFERENCE = {
+  sort = "no number in the paper for sorting points (it sorts numbers in section 4.4 only)",
+  hull = "Ptr-Net trained n=5-50: accuracy n=5 92.0%, n=10 87.0%, n=50 69.6%; trained on 50: "
+         .. "72.6% exact, 99.9% area (Vinyals et al. 2015, Table 1)",
+  tsp = "average tour length optimal / Ptr-Net: n=5 2.12 / 2.12, n=10 2.87 / 2.88, n=20 3.83 / "
+        .. "3.88 (Vinyals et al. 2015, Table 2)",
+}
+
 function PointerNet:extra_repr()
   local c = self.config
-  return string.format("task=%s, emb=%d, hidden=%d, attn_hidden=%d, glimpses=%d", c.task, c.emb,
-                       c.hidden, c.attn_hidden, c.glimpses)
+  return string.format("task=%s, emb=%d, hidden=%d, attn_hidden=%d, glimpses=%d%s", c.task, c.emb,
+                       c.hidden, c.attn_hidden, c.glimpses,
+                       c.logit_clip > 0 and (", logit_clip=" .. c.logit_clip) or "")
 end
 
 return M

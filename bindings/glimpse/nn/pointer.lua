@@ -20,12 +20,14 @@ local M = {}
 local Pointer = Module:extend("Pointer")
 M.Pointer = Pointer
 
---- nn.Pointer{query=Dq, key=Dk, hidden=H} -> module
+--- nn.Pointer{query=Dq, key=Dk, hidden=H, logit_clip=0} -> module
 -- u_j = v^T tanh(W1 k_j + W2 q) over input positions j (Vinyals et al. 2015, eq. 3); the
 -- output distribution is softmax(u) over the positions that are neither padding nor already
 -- chosen.  Forward: logits (B,L) (invalid positions at -1e9: feed them to cross_entropy),
 -- probs (B,L) (exactly 0 at invalid positions), state =
 --   ptr(query (B,Dq), keys (B,L,Dk), mask (B,L) or nil, chosen (B,L) or nil, state or nil)
+-- logit_clip = C > 0: u_j <- C tanh(u_j) (Bello et al. 2016 use C = 10), which bounds how
+-- sure the pointer can be; 0: off (the paper's).
 function Pointer:init(o)
   local cls = "nn.Pointer"
   if type(o) ~= "table" then error(cls .. ": expected an options table {query=, key=, hidden=}", 3) end
@@ -38,6 +40,11 @@ function Pointer:init(o)
   self.key_proj = linear(dk, dh, false)     -- W1
   self.query_proj = linear(dq, dh, false)   -- W2
   self.v = uniform({dh}, 1 / math.sqrt(dh))
+  local c = o.logit_clip or 0
+  if type(c) ~= "number" or c < 0 or c ~= c or c == math.huge then
+    error(cls .. ": option 'logit_clip' must be a finite number >= 0 (0: off), got " .. tostring(c), 3)
+  end
+  self.logit_clip = c
 end
 
 --- ptr:precompute(keys (B,L,Dk), mask) -> state (W1 k projected once per sequence)
@@ -60,6 +67,7 @@ function Pointer:forward(q, keys, mask, chosen, state)
   end
   if not state or state.keys ~= keys then state = self:precompute(keys, mask) end
   local e = att.additive_scores(glimpse.linear(q, self.query_proj.weight), state.uk, self.v)
+  if self.logit_clip > 0 then e = e:tanh() * self.logit_clip end
   local logits = att.pointer_logits(e, mask or state.mask, chosen)
   return logits, glimpse.softmax(logits, 2), state
 end
@@ -73,8 +81,8 @@ function Pointer.mark(chosen, idx, B, L)
 end
 
 function Pointer:extra_repr()
-  return string.format("query=%d, key=%d, hidden=%d", self.query_size, self.key_size,
-                       self.hidden_size)
+  return string.format("query=%d, key=%d, hidden=%d%s", self.query_size, self.key_size,
+                       self.hidden_size, self.logit_clip > 0 and (", logit_clip=" .. self.logit_clip) or "")
 end
 
 return M
