@@ -251,6 +251,13 @@ function T.test_reported_hostile_calls_name_the_function()
   local err = msg(p, glimpse.rand(2, 3), glimpse.rand(2, 5, 4))
   lu.assertStrContains(err, "Pointer")
   lu.assertStrContains(err, "keys")
+  -- calls the API fuzzer found reaching an internal Lua error
+  local a, x = glimpse.attention, glimpse.rand(2, 3, 4)
+  lu.assertStrContains(msg(a.conv_features, x, print), "conv_features: F1 must be a tensor")
+  lu.assertStrContains(msg(a.multi_head, x, print), "multi_head: key must be a tensor")
+  lu.assertStrContains(msg(a.multi_head, x, nil, nil, {heads = 2.5}), "integer heads")
+  lu.assertStrContains(msg(a.reinforce_loss, glimpse.rand(2), glimpse.rand(2), print),
+                       "reinforce_loss: opts must be a table")
 end
 
 return T

@@ -449,7 +449,8 @@ end
 --- attention.conv_features(keys (B,L,Dk), F1 (H,R*Dk), b1 (H)) -> f (B,L,H) =
 --- relu(conv(keys) + b1): K_l1 = H filters of width R over the key sequence
 function M.conv_features(keys, F1, b1)
-  check_tensor(keys, "keys", 3, 2)
+  check_tensor(keys, "keys", 3, 2, "attention.conv_features")
+  check_tensor(F1, "F1", 2, 2, "attention.conv_features")
   local R = F1.shape[2] // keys.shape[3]
   if R * keys.shape[3] ~= F1.shape[2] then
     error(string.format("attention.conv_features: F1 {%s} does not fit keys of width %d",
@@ -650,7 +651,7 @@ end
 -- For Show, Attend and Tell: reward = log p(y | s, a) per sequence (i.e. -nll:detach()), and
 -- the total loss is mean(nll) + this surrogate.  info = {baseline = b used, advantage}.
 function M.reinforce_loss(reward, logp, opts)
-  opts = opts or {}
+  opts = check_opts(opts, "attention.reinforce_loss", 2) or {}
   check_tensor(reward, "reward", nil, 2, "attention.reinforce_loss")
   check_tensor(logp, "logp", nil, 2, "attention.reinforce_loss")
   if reward:numel() ~= logp:numel() then
@@ -753,10 +754,16 @@ end
 -- dropout (on the attention weights) and training, need_weights (default true; false skips
 -- averaging the weights, as PyTorch's need_weights=False).  key/value nil: self-attention.
 function M.multi_head(query, key, value, p, opts)
-  opts = opts or {}
-  check_tensor(query, "query", 3, 2)
+  opts = check_opts(opts, "attention.multi_head", 2) or {}
+  check_tensor(query, "query", 3, 2, "attention.multi_head")
   key = key or query
   value = value or key
+  check_tensor(key, "key", 3, 2, "attention.multi_head")
+  check_tensor(value, "value", 3, 2, "attention.multi_head")
+  if type(p) ~= "table" or math.type(p.heads) ~= "integer" or p.heads < 1 then
+    error("attention.multi_head: p must be a table of parameters with an integer heads >= 1, got "
+          .. (type(p) == "table" and "heads " .. tostring(p.heads) or type(p)), 2)
+  end
   local B, Tq, d = query.shape[1], query.shape[2], query.shape[3]
   local Tk = key.shape[2]
   local h = p.heads
