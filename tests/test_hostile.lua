@@ -258,6 +258,8 @@ function T.test_reported_hostile_calls_name_the_function()
   lu.assertStrContains(msg(a.multi_head, x, nil, nil, {heads = 2.5}), "integer heads")
   lu.assertStrContains(msg(a.reinforce_loss, glimpse.rand(2), glimpse.rand(2), print),
                        "reinforce_loss: opts must be a table")
+  lu.assertStrContains(msg(a.scores, "additive", {}, {}, glimpse.rand(2, 3)), "scores: p.W")
+  lu.assertStrContains(msg(a.local_prior, {}, 2, 5, 1), "local_prior: pos")
 end
 
 return T

@@ -322,27 +322,45 @@ end
 
 --- attention.scores(score, p, cache, q) -> alpha-free raw scores e (B,L), composed from core
 -- ops (a slow reference for tests and for looking at scores before normalisation).
+-- a tensor field of attention.scores' p or cache, or an error naming it
+local function scores_field(t, key, what)
+  local v = t[key]
+  if not glimpse.is_tensor(v) then
+    error(string.format("attention.scores: %s.%s must be a tensor, got %s", what, key, type(v)), 3)
+  end
+  return v
+end
+
 function M.scores(score, p, cache, q)
   score_def(score, 2)
+  if type(p) ~= "table" then error("attention.scores: p must be a table of parameters, got " .. type(p), 2) end
+  if type(cache) ~= "table" then
+    error("attention.scores: cache must be the table precompute returned, got " .. type(cache), 2)
+  end
+  check_tensor(q, "q", 2, 2, "attention.scores")
   if score == "dot" or score == "general" or score == "scaled_dot" then
-    local B, L, D = cache.k.shape[1], cache.k.shape[2], cache.k.shape[3]
-    local e = cache.k:matmul(q:reshape(B, D, 1)):reshape(B, L)
+    local ck = scores_field(cache, "k", "cache")
+    local B, L, D = ck.shape[1], ck.shape[2], ck.shape[3]
+    local e = ck:matmul(q:reshape(B, D, 1)):reshape(B, L)
     return cache.scale and e * cache.scale or e
   elseif score == "additive" or score == "concat" then
-    local wq = score == "additive" and glimpse.linear(q, p.W, p.b)
+    local W, v, uk = scores_field(p, "W", "p"), scores_field(p, "v", "p"), scores_field(cache, "uk", "cache")
+    local wq = score == "additive" and glimpse.linear(q, W, p.b)
                or glimpse.linear(q, concat_query_weight(p, cache, q))
-    local B, L, H = cache.uk.shape[1], cache.uk.shape[2], cache.uk.shape[3]
-    local t = (cache.uk + wq:reshape(B, 1, H)):tanh()
-    return t:matmul(p.v:reshape(H, 1)):reshape(B, L)
+    local B, L, H = uk.shape[1], uk.shape[2], uk.shape[3]
+    local t = (uk + wq:reshape(B, 1, H)):tanh()
+    return t:matmul(v:reshape(H, 1)):reshape(B, L)
   elseif score == "location" then
-    local e = glimpse.linear(q, p.W, p.b)
-    return cache.L < p.W.shape[1] and e:narrow(2, 1, cache.L) or e
+    local W = scores_field(p, "W", "p")
+    local e = glimpse.linear(q, W, p.b)
+    return (cache.L or W.shape[1]) < W.shape[1] and e:narrow(2, 1, cache.L) or e
   elseif score == "conv" then
-    return M.conv_scores(cache.f, q, p.Wq, p.F2)
+    return M.conv_scores(scores_field(cache, "f", "cache"), q, scores_field(p, "Wq", "p"),
+                         scores_field(p, "F2", "p"))
   else
     local qp = p.W and glimpse.linear(q, p.W) or q
-    local B, L = cache.k.shape[1], cache.k.shape[2]
-    local k = cache.k
+    local k = scores_field(cache, "k", "cache")
+    local B, L = k.shape[1], k.shape[2]
     local kn = (k * k):sum(3):sqrt():clamp(1e-8, math.huge)
     local qn = (qp * qp):sum(2, true):sqrt():clamp(1e-8, math.huge)
     local cos = k:matmul(qp:reshape(B, -1, 1)):reshape(B, L) / kn / qn
@@ -363,6 +381,7 @@ end
 -- step (opts.prior, and the window mask as its mask) and weights outside the window are 0.
 function M.local_prior(pos, B, L, D, mask)
   if type(D) ~= "number" or D <= 0 then error("attention.local_prior: D must be a positive number", 2) end
+  if type(pos) ~= "number" then check_tensor(pos, "pos (a number or a (B) tensor)", nil, 2, "attention.local_prior") end
   local positions = glimpse.arange(L):reshape(1, L)
   local centre = type(pos) == "number" and glimpse.full({B, 1}, pos) or pos:reshape(B, 1)
   local diff = positions - centre
