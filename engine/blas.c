@@ -27,6 +27,9 @@
 #define _GNU_SOURCE
 #include "glimpse.h"
 #include "blas_profile.h"
+#include "parallel.h"
+
+#include <pthread.h>
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -45,7 +48,7 @@ static int (*p_get_threads)(void);
 static char *(*p_corename)(void);
 static char *(*p_config)(void);
 static int loaded;          /* 0 not tried, 1 ok, -1 failed */
-static int max_threads = 1; /* what gl_blas_set_threads asked for (OpenBLAS's default at load) */
+static int max_threads = 1; /* what gl_set_threads asked for (parallel.c; the CPUs at load) */
 static int cur_threads = 1; /* what OpenBLAS is set to now */
 
 /* products with at least this many multiply-adds may use every thread (see the top) */
@@ -115,9 +118,10 @@ int gl_blas_init(void) {
     loaded = -1;
     return gl_fail(GL_EIO, "%s", load_error);
   }
-  max_threads = cur_threads = p_get_threads ? p_get_threads() : 1;
-  if (max_threads < 1) max_threads = cur_threads = 1;
+  cur_threads = p_get_threads ? p_get_threads() : 1;
+  if (cur_threads < 1) cur_threads = 1;
   loaded = 1;
+  max_threads = gl_threads();   /* the one setting (parallel.c): GLIMPSE_THREADS or the CPUs */
   return GL_OK;
 }
 
@@ -143,8 +147,25 @@ void gl_blas_set_threads(int n) {
   max_threads = n < 1 ? 1 : n;
 }
 
-/* point OpenBLAS at the thread count this product deserves (a store when nothing changes) */
+/* Inside gl_parallel_blas every pool thread runs its own products on one OpenBLAS thread:
+ * the caller pins OpenBLAS to one thread before the loop and restores the cap after. */
+int gl_blas_pin_serial(void) {
+  int prev = max_threads;
+  if (gl_blas_init()) return prev;
+  max_threads = 1;
+  if (cur_threads != 1 && p_set_threads) {
+    p_set_threads(1);
+    cur_threads = 1;
+  }
+  return prev;
+}
+
+void gl_blas_unpin(int prev) { max_threads = prev; }
+
+/* point OpenBLAS at the thread count this product deserves (a store when nothing changes);
+ * never from a pool thread: there OpenBLAS is already pinned to one (gl_blas_pin_serial) */
 static void threads_for(int M, int N, int K) {
+  if (gl_parallel_inside()) return;
   int want = max_threads > 1 && (double)M * N * K >= GL_SGEMM_MT_MNK ? max_threads : 1;
   if (want != cur_threads && p_set_threads) {
     p_set_threads(want);
@@ -184,17 +205,43 @@ void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
   double t0 = prof_on ? now_s() : 0;
   p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B, ldb,
           beta, C, ldc);
-  if (prof_on) {
+  if (prof_on) {   /* products may run on several pool threads at once (gl_parallel_blas) */
+    static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&prof_mu);
     prof.seconds += now_s() - t0;
     prof.calls++;
     prof.flops += 2.0 * M * N * K;
+    pthread_mutex_unlock(&prof_mu);
   }
 }
 
+typedef struct {
+  int ta, tb, M, N, K;
+  float alpha, beta;
+  const float *A, *B;
+  size_t sA, sB, sC;
+  float *C;
+} batched_ctx;
+
+static void batched_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const batched_ctx *x = c;
+  int lda = x->ta ? x->M : x->K, ldb = x->tb ? x->K : x->N;
+  for (size_t b = lo; b < hi; b++)
+    gl_sgemm(x->ta, x->tb, x->M, x->N, x->K, x->alpha, x->A + b * x->sA, lda, x->B + b * x->sB,
+             ldb, x->beta, x->C + b * x->sC, x->N);
+}
+
+/* Products too small for OpenBLAS's threads (multi-head attention's per-head products) run
+ * side by side on the pool instead, each on one OpenBLAS thread (parallel.h); a product is
+ * computed the same way either way, so the result does not depend on the thread count. */
 void gl_sgemm_batched(int ta, int tb, int batch, int M, int N, int K, float alpha,
                       const float *A, size_t sA, const float *B, size_t sB, float beta,
                       float *C, size_t sC) {
-  int lda = ta ? M : K, ldb = tb ? K : N;
-  for (int b = 0; b < batch; b++)
-    gl_sgemm(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, N);
+  batched_ctx c = {ta, tb, M, N, K, alpha, beta, A, B, sA, sB, sC, C};
+  if (batch < 2 || (double)M * N * K >= GL_SGEMM_MT_MNK) {
+    batched_range(&c, 0, (size_t)(batch > 0 ? batch : 0), 0);
+    return;
+  }
+  gl_parallel_blas((size_t)batch, 2 * (size_t)M * N * (K ? K : 1), batched_range, &c);
 }
