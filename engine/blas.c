@@ -162,6 +162,10 @@ int gl_blas_pin_serial(void) {
 
 void gl_blas_unpin(int prev) { max_threads = prev; }
 
+int gl_sgemm_threaded(int M, int N, int K) {
+  return max_threads > 1 && (double)M * N * K >= GL_SGEMM_MT_MNK;
+}
+
 /* point OpenBLAS at the thread count this product deserves (a store when nothing changes);
  * never from a pool thread: there OpenBLAS is already pinned to one (gl_blas_pin_serial) */
 static void threads_for(int M, int N, int K) {

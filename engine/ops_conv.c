@@ -11,8 +11,15 @@
  * multiply-adds; see its section).  A direct seven-loop kernel (forward and backward)
  * stays beside them as the oracle the tests hold both fast paths against.  Pooling keeps the argmax of each window (max) or spreads the
  * gradient evenly (average, padding counted in the divisor as PyTorch does by default).
+ *
+ * Threads (parallel.h): im2col by column-matrix rows, col2im by input channels, the
+ * Winograd transforms by (image, channel) planes with a scratch per pool thread, Winograd's
+ * 16 products side by side when each is too small for OpenBLAS's threads, the bias and
+ * layout loops by channels, and pooling by planes.  Each output element is computed by one
+ * thread in the serial order, so results do not depend on the thread count.
  */
 #include "glimpse_internal.h"
+#include "parallel.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -69,39 +76,65 @@ static int window_geometry(const char *op, const gl_tensor *x, conv_geom *g, int
  * col is (K = C*kh*kw, nb*Ho*Wo): row (c,i,j), column (image, oy, ox) holds
  * x[image, c, oy*sh - ph + i, ox*sw - pw + j], or 0 where that falls in the padding. */
 
-static void im2col(const float *x, int nb, const conv_geom *g, float *col) {
+typedef struct {
+  const conv_geom *g;
+  const float *x;   /* im2col: the images; col2im: the columns */
+  float *y;         /* im2col: the columns; col2im: dx */
+  int nb;
+} cols_ctx;
+
+/* rows [lo, hi) of the column matrix, row r = (c * kh + i) * kw + j */
+static void im2col_range(void *ctx, size_t first, size_t last, int slot) {
+  (void)slot;
+  const cols_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  const float *x = k->x;
+  int nb = k->nb;
   size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)nb * hwo, plane = (size_t)g->H * g->W;
-  for (int c = 0; c < g->C; c++)
-    for (int i = 0; i < g->kh; i++)
-      for (int j = 0; j < g->kw; j++) {
-        float *row = col + ((size_t)(c * g->kh + i) * g->kw + j) * ncol;
-        /* the ox range whose input column lies inside the image */
-        int lo = 0, hi = g->Wo;
-        while (lo < hi && lo * g->sw - g->pw + j < 0) lo++;
-        while (hi > lo && (hi - 1) * g->sw - g->pw + j >= g->W) hi--;
-        for (int bi = 0; bi < nb; bi++) {
-          const float *xp = x + ((size_t)bi * g->C + c) * plane;
-          float *r = row + bi * hwo;
-          for (int oy = 0; oy < g->Ho; oy++, r += g->Wo) {
-            int iy = oy * g->sh - g->ph + i;
-            if (iy < 0 || iy >= g->H) {
-              memset(r, 0, sizeof(float) * (size_t)g->Wo);
-              continue;
-            }
-            const float *xr = xp + (size_t)iy * g->W - g->pw + j;
-            for (int ox = 0; ox < lo; ox++) r[ox] = 0;
-            if (g->sw == 1) memcpy(r + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
-            else for (int ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw];
-            for (int ox = hi; ox < g->Wo; ox++) r[ox] = 0;
-          }
+  for (size_t q = first; q < last; q++) {
+    int j = (int)(q % (size_t)g->kw), i = (int)(q / (size_t)g->kw % (size_t)g->kh);
+    int c = (int)(q / ((size_t)g->kw * g->kh));
+    float *row = k->y + q * ncol;
+    /* the ox range whose input column lies inside the image */
+    int lo = 0, hi = g->Wo;
+    while (lo < hi && lo * g->sw - g->pw + j < 0) lo++;
+    while (hi > lo && (hi - 1) * g->sw - g->pw + j >= g->W) hi--;
+    for (int bi = 0; bi < nb; bi++) {
+      const float *xp = x + ((size_t)bi * g->C + c) * plane;
+      float *r = row + bi * hwo;
+      for (int oy = 0; oy < g->Ho; oy++, r += g->Wo) {
+        int iy = oy * g->sh - g->ph + i;
+        if (iy < 0 || iy >= g->H) {
+          memset(r, 0, sizeof(float) * (size_t)g->Wo);
+          continue;
         }
+        const float *xr = xp + (size_t)iy * g->W - g->pw + j;
+        for (int ox = 0; ox < lo; ox++) r[ox] = 0;
+        if (g->sw == 1) memcpy(r + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
+        else for (int ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw];
+        for (int ox = hi; ox < g->Wo; ox++) r[ox] = 0;
       }
+    }
+  }
+}
+
+static void im2col(const float *x, int nb, const conv_geom *g, float *col) {
+  size_t K = (size_t)g->C * g->kh * g->kw;
+  cols_ctx c = {g, x, col, nb};
+  gl_parallel_for(K, (size_t)nb * g->Ho * g->Wo, im2col_range, &c);
 }
 
 /* the adjoint of im2col: dx[image, c, iy, ix] += every column entry that copied it */
-static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) {
+/* input channels [lo, hi): each channel's planes gather from its own kh * kw column rows */
+static void col2im_range(void *ctx, size_t first, size_t last, int slot) {
+  (void)slot;
+  const cols_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  const float *col = k->x;
+  float *dx = k->y;
+  int nb = k->nb;
   size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)nb * hwo, plane = (size_t)g->H * g->W;
-  for (int c = 0; c < g->C; c++)
+  for (int c = (int)first; c < (int)last; c++)
     for (int i = 0; i < g->kh; i++)
       for (int j = 0; j < g->kw; j++) {
         const float *row = col + ((size_t)(c * g->kh + i) * g->kw + j) * ncol;
@@ -119,6 +152,11 @@ static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) 
           }
         }
       }
+}
+
+static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) {
+  cols_ctx c = {g, col, dx, nb};
+  gl_parallel_for((size_t)g->C, (size_t)g->kh * g->kw * nb * g->Ho * g->Wo, col2im_range, &c);
 }
 
 /* Images per chunk.  An image with at least CONV_WIDE_IMAGE output pixels is a chunk of its
@@ -193,10 +231,17 @@ static int use_winograd_dx(const conv_geom *g) {     /* dy (O) -> dx (C), paddin
 
 /* U (16, Co, Ci), U_k[o][c] = (G g G^T)_k for the kernel g = w[o][c] (Co = O, Ci = C), or for
  * the adjoint g = w[c][o] turned 180 degrees (Co = C, Ci = O).  w is (O, C, 3, 3). */
-static void wino_weights(const float *w, int O, int C, int adjoint, float *U) {
+typedef struct { const float *w; int O, C, adjoint; float *U; } wino_w_ctx;
+
+static void wino_weights_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const wino_w_ctx *x = ctx;
+  const float *w = x->w;
+  int O = x->O, C = x->C, adjoint = x->adjoint;
+  float *U = x->U;
   int ci = adjoint ? O : C;
   size_t plane = (size_t)O * C;
-  for (int o = 0; o < O; o++)
+  for (int o = (int)lo; o < (int)hi; o++)
     for (int c = 0; c < C; c++) {
       const float *k = w + ((size_t)o * C + c) * 9;
       float g[3][3], t[4][3];
@@ -216,6 +261,11 @@ static void wino_weights(const float *w, int O, int C, int adjoint, float *U) {
         U[(size_t)(4 * p + 3) * plane + at] = t[p][2];
       }
     }
+}
+
+static void wino_weights(const float *w, int O, int C, int adjoint, float *U) {
+  wino_w_ctx c = {w, O, C, adjoint, U};
+  gl_parallel_for((size_t)O, (size_t)C * 40, wino_weights_range, &c);
 }
 
 /* The transforms' passes, each a loop along a row with restrict pointers so it vectorises:
@@ -305,6 +355,49 @@ static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int tH, 
   }
 }
 
+/* One chunk of Winograd's work on the pool: the input transforms by (image, channel) planes,
+ * the 16 products, the output transforms by (image, channel) planes.  P and R hold one
+ * padded plane and one row scratch per pool slot. */
+typedef struct {
+  const float *x, *U, *bias;
+  float *y, *V, *M, *P, *R;
+  int Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add;
+  size_t T, N, b0, nP, nR;
+} wino_ctx;
+
+static void wino_input_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const wino_ctx *k = ctx;
+  size_t xim = (size_t)k->Ci * k->H * k->W;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)k->Ci;
+    int c = (int)(q % (size_t)k->Ci);
+    wino_input(k->x + (k->b0 + bi) * xim + (size_t)c * k->H * k->W, k->H, k->W, k->ph, k->pw,
+               k->tH, k->tW, k->P + (size_t)slot * k->nP, k->R + (size_t)slot * k->nR,
+               k->V + (size_t)c * k->N + bi * k->T, (size_t)k->Ci * k->N);
+  }
+}
+
+static void wino_gemm_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const wino_ctx *w = ctx;
+  int Co = w->Co, Ci = w->Ci, N = (int)w->N;
+  for (size_t k = lo; k < hi; k++)
+    gl_sgemm(0, 0, Co, N, Ci, 1.0f, w->U + k * Co * Ci, Ci, w->V + k * Ci * w->N, N, 0.0f,
+             w->M + k * Co * w->N, N);
+}
+
+static void wino_output_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const wino_ctx *k = ctx;
+  size_t yim = (size_t)k->Co * k->Ho * k->Wo;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)k->Co;
+    int o = (int)(q % (size_t)k->Co);
+    wino_output(k->M + (size_t)o * k->N + bi * k->T, (size_t)k->Co * k->N, k->Ho, k->Wo, k->tH,
+                k->tW, k->bias ? k->bias[o] : 0.0f, k->add, k->R + (size_t)slot * k->nR,
+                k->y + (k->b0 + bi) * yim + (size_t)o * k->Ho * k->Wo);
+  }
+}
+
 /* y (B, Co, Ho, Wo) = [bias +] the 3x3 stride-1 correlation of x (B, Ci, H, W), padded by
  * ph, pw, with the transformed kernels U (16, Co, Ci); Ho = H + 2 ph - 2.  add: y += the
  * correlation instead (no bias).  Writes nothing to y when it fails (out of memory). */
@@ -316,38 +409,34 @@ static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, in
   size_t nbmax = WINO_CHUNK_FLOATS / per;
   if (nbmax < 1) nbmax = 1;
   if (nbmax > (size_t)B) nbmax = (size_t)B;
+  size_t slots = (size_t)gl_parallel_slots();
   size_t nV = 16 * (size_t)Ci * T * nbmax, nM = 16 * (size_t)Co * T * nbmax;
   size_t nP = (size_t)(2 * tH + 2) * (2 * tW + 2), nR = 12 * (size_t)tW + 8;
-  float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR);
-  float *P = gl_scratch_alloc(nP);
+  float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR * slots);
+  float *P = gl_scratch_alloc(nP * slots);
   if (!V || !M || !R || !P) {
     gl_scratch_free(V, nV);
     gl_scratch_free(M, nM);
-    gl_scratch_free(R, nR);
-    gl_scratch_free(P, nP);
+    gl_scratch_free(R, nR * slots);
+    gl_scratch_free(P, nP * slots);
     return gl_fail(GL_ENOMEM, "conv2d: out of memory for the Winograd buffers");
   }
-  memset(P, 0, sizeof(float) * nP);   /* the padding; wino_input rewrites only the image part */
-  size_t xim = (size_t)Ci * H * W, yim = (size_t)Co * Ho * Wo;
+  memset(P, 0, sizeof(float) * nP * slots);   /* the padding; wino_input rewrites only the image part */
+  wino_ctx k = {x, U, bias, y, V, M, P, R, Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add,
+                T, 0, 0, nP, nR};
   for (size_t b0 = 0; b0 < (size_t)B; b0 += nbmax) {
     size_t nb = (size_t)B - b0 < nbmax ? (size_t)B - b0 : nbmax, N = nb * T;
-    for (size_t bi = 0; bi < nb; bi++)
-      for (int c = 0; c < Ci; c++)
-        wino_input(x + (b0 + bi) * xim + (size_t)c * H * W, H, W, ph, pw, tH, tW, P, R,
-                   V + (size_t)c * N + bi * T, (size_t)Ci * N);
-    for (int k = 0; k < 16; k++)
-      gl_sgemm(0, 0, Co, (int)N, Ci, 1.0f, U + (size_t)k * Co * Ci, Ci, V + (size_t)k * Ci * N,
-               (int)N, 0.0f, M + (size_t)k * Co * N, (int)N);
-    for (size_t bi = 0; bi < nb; bi++)
-      for (int o = 0; o < Co; o++)
-        wino_output(M + (size_t)o * N + bi * T, (size_t)Co * N, Ho, Wo, tH, tW,
-                    bias ? bias[o] : 0.0f, add, R,
-                    y + (b0 + bi) * yim + (size_t)o * Ho * Wo);
+    k.b0 = b0;
+    k.N = N;
+    gl_parallel_for(nb * (size_t)Ci, 16 * T, wino_input_range, &k);
+    if (gl_sgemm_threaded(Co, (int)N, Ci)) wino_gemm_range(&k, 0, 16, 0);
+    else gl_parallel_blas(16, 2 * (size_t)Co * N * Ci, wino_gemm_range, &k);
+    gl_parallel_for(nb * (size_t)Co, 12 * T, wino_output_range, &k);
   }
   gl_scratch_free(V, nV);
   gl_scratch_free(M, nM);
-  gl_scratch_free(R, nR);
-  gl_scratch_free(P, nP);
+  gl_scratch_free(R, nR * slots);
+  gl_scratch_free(P, nP * slots);
   return GL_OK;
 }
 
@@ -364,6 +453,67 @@ static int wants_grad(const gl_node *n, int i) {
   return x && x->requires_grad && !(x->node && x->node->released);
 }
 
+/* the per-channel loops of conv2d on the pool: items are output channels o (or, for the
+ * layout moves, (image, channel) pairs q = bi * O + o) */
+typedef struct {
+  const conv_geom *g;
+  const float *src, *bias;
+  float *dst;
+  int b0, nb, fresh;
+} chan_ctx;
+
+/* dbias[o] (+)= sum over b, oy, ox of dy[b, o] */
+static void bias_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const chan_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t hwo = (size_t)g->Ho * g->Wo;
+  for (size_t o = lo; o < hi; o++) {
+    double s = 0;
+    for (int b = 0; b < g->B; b++) s += vm_sum_d(k->src + ((size_t)b * g->O + o) * hwo, hwo);
+    if (k->fresh) k->dst[o] = (float)s;
+    else k->dst[o] += (float)s;
+  }
+}
+
+/* (nb, O, HoWo) -> (O, nb*HoWo): dst[o, bi, :] = src[b0 + bi, o, :] */
+static void to_channel_major_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const chan_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)k->nb * hwo;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)g->O, o = q % (size_t)g->O;
+    memcpy(k->dst + o * ncol + bi * hwo, k->src + ((size_t)(k->b0 + bi) * g->O + o) * hwo,
+           sizeof(float) * hwo);
+  }
+}
+
+/* (O, nb*HoWo) -> (nb, O, HoWo) with the bias: dst[b0 + bi, o, :] = src[o, bi, :] + bias[o];
+ * src NULL: the bias alone (nb = 1, before a product that adds into dst) */
+static void from_channel_major_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const chan_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)k->nb * hwo;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)g->O, o = q % (size_t)g->O;
+    float *d = k->dst + ((size_t)(k->b0 + bi) * g->O + o) * hwo;
+    float bo = k->bias ? k->bias[o] : 0.0f;
+    if (!k->src) {
+      for (size_t i = 0; i < hwo; i++) d[i] = bo;
+      continue;
+    }
+    const float *sp = k->src + o * ncol + bi * hwo;
+    for (size_t i = 0; i < hwo; i++) d[i] = sp[i] + bo;
+  }
+}
+
+/* a 1x1 stride-1 unpadded convolution's columns for one image are the image itself */
+static int is_pointwise(const conv_geom *g) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
 static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   conv_geom g = geom_from_node(n);
@@ -371,13 +521,10 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   const float *dy = gout[0]->data;
   int fb, fw, fx;
   gl_tensor *gb = gl_grad_slot(n, 2, &fb);
-  if (gb)
-    for (int o = 0; o < g.O; o++) {
-      double s = 0;
-      for (int b = 0; b < g.B; b++) s += vm_sum_d(dy + ((size_t)b * g.O + o) * hwo, hwo);
-      if (fb) gb->data[o] = (float)s;
-      else gb->data[o] += (float)s;
-    }
+  if (gb) {
+    chan_ctx c = {&g, dy, NULL, gb->data, 0, 0, fb};
+    gl_parallel_for((size_t)g.O, (size_t)g.B * hwo, bias_grad_range, &c);
+  }
   int want_x = wants_grad(n, 0), want_w = wants_grad(n, 1);
   if (!want_x && !want_w) return GL_OK;
   int wino = want_x && use_winograd_dx(&g);   /* dx by Winograd, the rest by columns */
@@ -411,18 +558,23 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
     int ncol = nb * (int)hwo;
     const float *dY = dy + (size_t)b0 * g.O * hwo;   /* one image: (O, HoWo) as it is */
     if (nb > 1) {                                     /* dY (O, nb*HoWo) from dy (nb, O, HoWo) */
-      for (int bi = 0; bi < nb; bi++)
-        for (int o = 0; o < g.O; o++)
-          memcpy(dyt + (size_t)o * ncol + bi * hwo, dy + ((size_t)(b0 + bi) * g.O + o) * hwo,
-                 sizeof(float) * hwo);
+      chan_ctx c = {&g, dy, NULL, dyt, b0, nb, 0};
+      gl_parallel_for((size_t)nb * g.O, hwo, to_channel_major_range, &c);
       dY = dyt;
     }
     if (gw) {
-      im2col(x->data + b0 * xim, nb, &g, col);
-      gl_sgemm(0, 1, g.O, (int)K, ncol, 1.0f, dY, ncol, col, ncol, 1.0f, gw->data, (int)K);
+      const float *cp = col;
+      if (nb == 1 && is_pointwise(&g)) cp = x->data + b0 * xim;
+      else im2col(x->data + b0 * xim, nb, &g, col);
+      gl_sgemm(0, 1, g.O, (int)K, ncol, 1.0f, dY, ncol, cp, ncol, 1.0f, gw->data, (int)K);
     }
     if (gx) {
       float *dx = gx->data + b0 * xim;
+      if (nb == 1 && is_pointwise(&g)) {   /* dx (C, HW) is the column gradient itself */
+        gl_sgemm(1, 0, (int)K, ncol, g.O, 1.0f, w->data, (int)K, dY, ncol, fx ? 0.0f : 1.0f,
+                 dx, ncol);
+        continue;
+      }
       if (fx) memset(dx, 0, sizeof(float) * xim * (size_t)nb);   /* in cache, just before use */
       gl_sgemm(1, 0, (int)K, ncol, g.O, 1.0f, w->data, (int)K, dY, ncol, 0.0f, col, ncol);
       col2im_add(col, nb, &g, dx);
@@ -475,24 +627,19 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
     for (int b0 = 0; b0 < g.B; b0 += nbmax) {
       int nb = g.B - b0 < nbmax ? g.B - b0 : nbmax;
       int ncol = nb * (int)hwo;
-      im2col(x->data + b0 * xim, nb, &g, col);
+      const float *cp = col;
+      if (nb == 1 && is_pointwise(&g)) cp = x->data + b0 * xim;   /* no copy needed */
+      else im2col(x->data + b0 * xim, nb, &g, col);
+      chan_ctx c = {&g, NULL, bias ? bias->data : NULL, y, b0, nb, 0};
       if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
         float *yb = y + (size_t)b0 * g.O * hwo;
-        for (int o = 0; o < g.O; o++) {
-          float bo = bias ? bias->data[o] : 0.0f;
-          for (size_t k = 0; k < hwo; k++) yb[(size_t)o * hwo + k] = bo;
-        }
-        gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, col, ncol, 1.0f, yb, ncol);
+        gl_parallel_for((size_t)g.O, hwo, from_channel_major_range, &c);   /* the bias */
+        gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, cp, ncol, 1.0f, yb, ncol);
         continue;
       }
-      gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, col, ncol, 0.0f, yt, ncol);
-      for (int bi = 0; bi < nb; bi++)         /* (O, nb, HoWo) -> (nb, O, HoWo), + bias */
-        for (int o = 0; o < g.O; o++) {
-          float *d = y + ((size_t)(b0 + bi) * g.O + o) * hwo;
-          const float *s = yt + (size_t)o * ncol + bi * hwo;
-          float bo = bias ? bias->data[o] : 0.0f;
-          for (size_t k = 0; k < hwo; k++) d[k] = s[k] + bo;
-        }
+      gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, cp, ncol, 0.0f, yt, ncol);
+      c.src = yt;                             /* (O, nb, HoWo) -> (nb, O, HoWo), + bias */
+      gl_parallel_for((size_t)nb * g.O, hwo, from_channel_major_range, &c);
     }
     gl_scratch_free(col, K * (size_t)nbmax * hwo);
     gl_scratch_free(yt, (size_t)g.O * nbmax * hwo);
@@ -647,18 +794,24 @@ static void avg2x2_row(const float *r0, const float *r1, int Wo, float *y) {
  * the flat in-plane index of each maximum is kept (first one on ties).
  * backward of y[p] = x[argmax(p)]:  dx[argmax(p)] += dy[p] */
 
-static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
+/* pooling on the pool (parallel.h), by (image, channel) planes: a, b the inputs of the
+ * loop (x; or arg and dy), out its output */
+typedef struct {
+  const conv_geom *g;
+  const float *a, *b;
+  float *out, *arg;
   int fresh;
-  gl_tensor *gx = gl_grad_slot(n, 0, &fresh);
-  if (!gx) return GL_OK;
-  const float *arg = n->saved[0]->data;
-  const gl_tensor *x = n->in[0];
-  size_t planes = (size_t)x->shape[0] * x->shape[1], plane = (size_t)x->shape[2] * x->shape[3];
-  size_t hwo = gout[0]->numel / (planes ? planes : 1);
-  const float *dy = gout[0]->data;
-  conv_geom g = geom_from_node(n);
-  for (size_t p = 0; p < planes; p++) {
-    float *dx = gx->data + p * plane;
+} pool_ctx;
+
+static void max_pool_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const pool_ctx *k = ctx;
+  const conv_geom g = *k->g;
+  size_t plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
+  const float *arg = k->a, *dy = k->b;
+  int fresh = k->fresh;
+  for (size_t p = lo; p < hi; p++) {
+    float *dx = k->out + p * plane;
     if (fresh && is_2x2(&g)) {   /* every input pixel written once: no zeroing pass */
       const float *ap = arg + p * hwo, *dp = dy + p * hwo;
       for (int oy = 0; oy < g.Ho; oy++)
@@ -668,37 +821,31 @@ static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
       continue;
     }
     if (fresh) memset(dx, 0, sizeof(float) * plane);   /* plane by plane: still in cache */
-    for (size_t k = 0; k < hwo; k++) dx[(size_t)arg[p * hwo + k]] += dy[p * hwo + k];
+    for (size_t q = 0; q < hwo; q++) dx[(size_t)arg[p * hwo + q]] += dy[p * hwo + q];
   }
+}
+
+static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
+  int fresh;
+  gl_tensor *gx = gl_grad_slot(n, 0, &fresh);
+  if (!gx) return GL_OK;
+  conv_geom g = geom_from_node(n);
+  size_t planes = (size_t)g.B * g.C;
+  pool_ctx c = {&g, n->saved[0]->data, gout[0]->data, gx->data, NULL, fresh};
+  gl_parallel_for(planes, (size_t)g.H * g.W + (size_t)g.Ho * g.Wo, max_pool_grad_range, &c);
   return GL_OK;
 }
 
 static const gl_op op_max_pool2d = {"max_pool2d", max_pool2d_backward};
 
-/* The in-plane index of each maximum is kept as a float (a tensor from the caching
- * allocator, saved with the node); floats hold integers exactly up to 2^24. */
-#define POOL_MAX_PLANE (1 << 24)
-
-int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
-                  int pw) {
-  char b1[128];
-  conv_geom g;
-  int st = pool_check("max_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
-  if (st) return st;
-  if ((size_t)g.H * g.W > POOL_MAX_PLANE)
-    return gl_fail(GL_ESHAPE, "max_pool2d: input %s: planes of more than %d pixels are not "
-                              "supported", SHAPE(b1, x), POOL_MAX_PLANE);
-  size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
-  gl_tensor *idx = NULL;
-  if (gl_needs_grad(1, &x) && (st = gl_empty(&idx, 4, (int[]){g.B, g.C, g.Ho, g.Wo})))
-    return st;
-  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) {
-    gl_release(idx);
-    return st;
-  }
-  float *y = (*out)->data, *arg = idx ? idx->data : NULL;
-  for (size_t p = 0; p < planes; p++) {
-    const float *xp = x->data + p * plane;
+static void max_pool_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const pool_ctx *k = ctx;
+  const conv_geom g = *k->g;
+  size_t plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
+  float *y = k->out, *arg = k->arg;
+  for (size_t p = lo; p < hi; p++) {
+    const float *xp = k->a + p * plane;
     for (int oy = 0; oy < g.Ho; oy++) {
       size_t o = p * hwo + (size_t)oy * g.Wo;
       if (is_2x2(&g) && !max2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.W, g.Wo,
@@ -736,6 +883,31 @@ int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
       }
     }
   }
+}
+
+/* The in-plane index of each maximum is kept as a float (a tensor from the caching
+ * allocator, saved with the node); floats hold integers exactly up to 2^24. */
+#define POOL_MAX_PLANE (1 << 24)
+
+int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
+                  int pw) {
+  char b1[128];
+  conv_geom g;
+  int st = pool_check("max_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
+  if (st) return st;
+  if ((size_t)g.H * g.W > POOL_MAX_PLANE)
+    return gl_fail(GL_ESHAPE, "max_pool2d: input %s: planes of more than %d pixels are not "
+                              "supported", SHAPE(b1, x), POOL_MAX_PLANE);
+  size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
+  gl_tensor *idx = NULL;
+  if (gl_needs_grad(1, &x) && (st = gl_empty(&idx, 4, (int[]){g.B, g.C, g.Ho, g.Wo})))
+    return st;
+  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) {
+    gl_release(idx);
+    return st;
+  }
+  pool_ctx c = {&g, x->data, NULL, (*out)->data, idx ? idx->data : NULL, 0};
+  gl_parallel_for(planes, plane + hwo * 2, max_pool_range, &c);
   gl_node *n = gl_record(&op_max_pool2d, 1, &x, 1, out);
   if (n) geom_to_node(n, &g);
   gl_save(n, idx);
@@ -748,15 +920,15 @@ int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
  * (zero padding counts in the divisor: PyTorch's count_include_pad=True).
  * backward: dx[q] += dy[p] / (kh*kw) for every q in window p */
 
-static int avg_pool2d_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *gx = gl_grad_of(n, 0);
-  if (!gx) return GL_OK;
-  conv_geom g = geom_from_node(n);
-  size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
+static void avg_pool_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const pool_ctx *k = ctx;
+  const conv_geom g = *k->g;
+  size_t plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
   float inv = 1.0f / (float)(g.kh * g.kw);
-  const float *dy = gout[0]->data;
-  for (size_t p = 0; p < planes; p++) {
-    float *dx = gx->data + p * plane;
+  const float *dy = k->b;
+  for (size_t p = lo; p < hi; p++) {
+    float *dx = k->out + p * plane;
     for (int oy = 0; oy < g.Ho; oy++)
       for (int ox = 0; ox < g.Wo; ox++) {
         int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
@@ -767,22 +939,28 @@ static int avg_pool2d_backward(gl_node *n, gl_tensor **gout) {
           for (int ix = xa; ix < xb; ix++) dx[iy * g.W + ix] += d;
       }
   }
+}
+
+static int avg_pool2d_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *gx = gl_grad_of(n, 0);
+  if (!gx) return GL_OK;
+  conv_geom g = geom_from_node(n);
+  pool_ctx c = {&g, NULL, gout[0]->data, gx->data, NULL, 0};
+  gl_parallel_for((size_t)g.B * g.C, (size_t)g.Ho * g.Wo * g.kh * g.kw, avg_pool_grad_range, &c);
   return GL_OK;
 }
 
 static const gl_op op_avg_pool2d = {"avg_pool2d", avg_pool2d_backward};
 
-int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
-                  int pw) {
-  conv_geom g;
-  int st = pool_check("avg_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
-  if (st) return st;
-  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) return st;
-  size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
-  float inv = 1.0f / (float)(kh * kw);
-  float *y = (*out)->data;
-  for (size_t p = 0; p < planes; p++) {
-    const float *xp = x->data + p * plane;
+static void avg_pool_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const pool_ctx *k = ctx;
+  const conv_geom g = *k->g;
+  size_t plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
+  float inv = 1.0f / (float)(g.kh * g.kw);
+  float *y = k->out;
+  for (size_t p = lo; p < hi; p++) {
+    const float *xp = k->a + p * plane;
     for (int oy = 0; oy < g.Ho; oy++) {
       if (is_2x2(&g)) {
         avg2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.Wo,
@@ -800,6 +978,16 @@ int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
       }
     }
   }
+}
+
+int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
+                  int pw) {
+  conv_geom g;
+  int st = pool_check("avg_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
+  if (st) return st;
+  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) return st;
+  pool_ctx c = {&g, x->data, NULL, (*out)->data, NULL, 0};
+  gl_parallel_for((size_t)g.B * g.C, (size_t)g.Ho * g.Wo * kh * kw, avg_pool_range, &c);
   gl_node *n = gl_record(&op_avg_pool2d, 1, &x, 1, out);
   if (n) geom_to_node(n, &g);
   return GL_OK;

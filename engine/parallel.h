@@ -39,6 +39,9 @@ int gl_parallel_slots(void);
 /* whether this thread is running a chunk of a loop now */
 int gl_parallel_inside(void);
 
+/* blas.c: whether an M x N x K product is big enough to run on OpenBLAS's threads (then a
+ * caller runs such products one after the other rather than side by side on the pool) */
+int gl_sgemm_threaded(int M, int N, int K);
 /* blas.c: pin OpenBLAS to one thread (returns the previous setting to restore). */
 int gl_blas_pin_serial(void);
 void gl_blas_unpin(int prev);
