@@ -52,6 +52,15 @@ function T.test_set_num_threads_sets_the_pool_and_blas_together()
   lu.assertErrorMsgContains("thread count must be >= 1", glimpse.set_num_threads, 0)
 end
 
+function T.test_blas_products_same_bits_on_1_and_2_threads()
+  -- OpenBLAS splits a threaded product by rows and columns of the result, never along K
+  same_bits("matmul (threaded in OpenBLAS) and bmm (side by side on the pool)", function()
+    local a, b = glimpse.randn(512, 256), glimpse.randn(256, 512)
+    local p, q = glimpse.randn(16, 40, 30), glimpse.randn(16, 30, 50)
+    return {a:matmul(b), p:bmm(q)}
+  end)
+end
+
 function T.test_elementwise_unary_binary_broadcast_scalar_same_on_1_and_2_threads()
   same_bits("unary", function()
     local x = leaf(256, 300)
