@@ -1,10 +1,12 @@
 /* ops_shape.c -- shape ops.  reshape, squeeze/unsqueeze, and select/narrow on the first dim
  * share storage with their input (views); everything that would need strides (transpose,
  * permute, narrow or select on an inner dim) copies.  Also the indexing ops: index_select,
- * gather, scatter_add, embedding, and cat / stack / expand.
+ * gather, scatter_add, embedding, and cat / stack / expand.  permute's copies (multi-head
+ * attention's head split and merge) run their rows on the thread pool (parallel.h).
  */
 #include "glimpse_internal.h"
 #include "ops_span.h"
+#include "parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -104,45 +106,67 @@ int gl_squeeze(gl_tensor **out, gl_tensor *a, int dim) {
 /* permute: out[i_perm[0], ..., i_perm[n-1]] = a[i_0, ..., i_{n-1}], a copy
  * backward: ga += permute(gout, inverse perm) */
 
-static void permute_copy(const float *src, const int *sshape, int nd, const int *perm, float *dst) {
-  size_t sst[GL_MAX_DIMS], s = 1;
-  for (int i = nd - 1; i >= 0; i--) { sst[i] = s; s *= (size_t)sshape[i]; }
+/* The copy's geometry: the output walked row by row (rows of the last out dim), each row
+ * read from src with stride ost[nd-1]; rows go to the pool (parallel.h) in ranges. */
+typedef struct {
+  const float *src;
+  float *dst;
+  int nd, add;                        /* add: dst += instead of dst = */
   int oshape[GL_MAX_DIMS];
-  size_t ost[GL_MAX_DIMS]; /* stride in src for each out dim */
-  for (int i = 0; i < nd; i++) { oshape[i] = sshape[perm[i]]; ost[i] = sst[perm[i]]; }
-  if (s == 0) return;
-  if (nd == 0) { dst[0] = src[0]; return; }
-  int idx[GL_MAX_DIMS] = {0};
-  size_t off = 0, total = s, k = 0;
-  int inner = oshape[nd - 1];
-  size_t is = ost[nd - 1];
-  while (k < total) {
-    const float *p = src + off;
-    for (int j = 0; j < inner; j++) dst[k + j] = p[(size_t)j * is];
-    k += (size_t)inner;
+  size_t ost[GL_MAX_DIMS];            /* stride in src for each out dim */
+} permute_ctx;
+
+static void permute_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const permute_ctx *c = ctx;
+  int nd = c->nd, inner = c->oshape[nd - 1], idx[GL_MAX_DIMS] = {0};
+  size_t is = c->ost[nd - 1], off = 0, r = lo;
+  for (int i = nd - 2; i >= 0; i--) {   /* the source offset of row lo */
+    idx[i] = (int)(r % (size_t)c->oshape[i]);
+    r /= (size_t)c->oshape[i];
+    off += c->ost[i] * (size_t)idx[i];
+  }
+  for (size_t row = lo; row < hi; row++) {
+    const float *restrict p = c->src + off;
+    float *restrict d = c->dst + row * (size_t)inner;
+    if (is == 1 && c->add) for (int j = 0; j < inner; j++) d[j] += p[j];
+    else if (is == 1) memcpy(d, p, sizeof(float) * (size_t)inner);
+    else if (c->add) for (int j = 0; j < inner; j++) d[j] += p[(size_t)j * is];
+    else for (int j = 0; j < inner; j++) d[j] = p[(size_t)j * is];
     for (int i = nd - 2; i >= 0; i--) {
       idx[i]++;
-      off += ost[i];
-      if (idx[i] < oshape[i]) break;
-      off -= ost[i] * (size_t)oshape[i];
+      off += c->ost[i];
+      if (idx[i] < c->oshape[i]) break;
+      off -= c->ost[i] * (size_t)c->oshape[i];
       idx[i] = 0;
     }
   }
 }
 
+/* dst (=, or += when add) src permuted: dst[i_perm[0], ..., i_perm[n-1]] = src[i_0, ...] */
+static void permute_copy(const float *src, const int *sshape, int nd, const int *perm, float *dst,
+                         int add) {
+  permute_ctx c = {src, dst, nd, add, {0}, {0}};
+  size_t sst[GL_MAX_DIMS], s = 1;
+  for (int i = nd - 1; i >= 0; i--) { sst[i] = s; s *= (size_t)sshape[i]; }
+  for (int i = 0; i < nd; i++) { c.oshape[i] = sshape[perm[i]]; c.ost[i] = sst[perm[i]]; }
+  if (s == 0) return;
+  if (nd == 0) { dst[0] = add ? dst[0] + src[0] : src[0]; return; }
+  size_t inner = (size_t)c.oshape[nd - 1];
+  gl_parallel_for(s / inner, inner * 2, permute_range, &c);
+}
+
 typedef struct { int perm[GL_MAX_DIMS]; } permute_state;
 
+/* the gradient goes straight into its buffer: written when fresh, added otherwise */
 static int permute_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *g = gl_grad_of(n, 0);
+  int fresh;
+  gl_tensor *g = gl_grad_slot(n, 0, &fresh);
   if (!g) return GL_OK;
   int nd = g->ndim, inv[GL_MAX_DIMS];
   const int *perm = GL_NODE_STATE(n, permute_state)->perm;
   for (int i = 0; i < nd; i++) inv[perm[i]] = i;
-  float *tmp = gl_scratch_alloc(g->numel);
-  if (!tmp) return gl_fail(GL_ENOMEM, "permute backward: out of memory");
-  permute_copy(gout[0]->data, gout[0]->shape, nd, inv, tmp);
-  for (size_t i = 0; i < g->numel; i++) g->data[i] += tmp[i];
-  gl_scratch_free(tmp, g->numel);
+  permute_copy(gout[0]->data, gout[0]->shape, nd, inv, g->data, !fresh);
   return GL_OK;
 }
 
@@ -159,7 +183,7 @@ int gl_permute(gl_tensor **out, gl_tensor *a, const int *perm) {
   }
   int st = gl_empty(out, a->ndim, shape);
   if (st) return st;
-  permute_copy(a->data, a->shape, a->ndim, perm, (*out)->data);
+  permute_copy(a->data, a->shape, a->ndim, perm, (*out)->data, 0);
   gl_node *n = gl_record(&op_permute, 1, &a, 1, out);
   if (n) memcpy(GL_NODE_STATE(n, permute_state)->perm, perm, sizeof(int) * (size_t)a->ndim);
   return GL_OK;

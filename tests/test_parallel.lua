@@ -85,6 +85,17 @@ function T.test_elementwise_unary_binary_broadcast_scalar_same_on_1_and_2_thread
   end)
 end
 
+function T.test_permute_same_on_1_and_2_threads()
+  same_bits("permute forward and backward (a fresh gradient and an added one)", function()
+    local x = leaf(16, 64, 3, 8, 32)
+    local y = x:permute(3, 1, 4, 2, 5)               -- multi-head attention's head split
+    local z = x:transpose(2, 4) * 2
+    local w1, w2 = glimpse.randn(table.unpack(y:size())), glimpse.randn(table.unpack(z:size()))
+    ;((y * w1):sum() + (z * w2):sum()):backward()
+    return {y:detach(), z:detach(), x.grad}
+  end)
+end
+
 function T.test_reductions_softmax_and_losses_same_on_1_and_2_threads()
   same_bits("sum, mean, logsumexp over each dim", function()
     local x = leaf(40, 60, 30)
