@@ -56,8 +56,11 @@ function T.test_blas_products_same_bits_on_1_and_2_threads()
   -- OpenBLAS splits a threaded product by rows and columns of the result, never along K
   same_bits("matmul (threaded in OpenBLAS) and bmm (side by side on the pool)", function()
     local a, b = glimpse.randn(512, 256), glimpse.randn(256, 512)
-    local p, q = glimpse.randn(16, 40, 30), glimpse.randn(16, 30, 50)
-    return {a:matmul(b), p:bmm(q)}
+    local p, q, w = leaf(16, 40, 30), leaf(16, 30, 50), leaf(30, 50)
+    local y, z = p:bmm(q), p:matmul(w)              -- per-item B, and one B shared by all
+    local r = backward_through(y + z, {p, q, w})
+    r[#r + 1] = a:matmul(b)
+    return r
   end)
 end
 
