@@ -480,21 +480,6 @@ local function extend(list, x)
   return out
 end
 
--- A hypothesis's alignment is a chain of (step's attention tensor, row) links back to its
--- first step, one link per step, shared with its parent: extending it costs one small table,
--- and only the hypotheses returned are read out of the tensors (align_rows), instead of
--- converting every step's whole attention to Lua tables.
-local function align_rows(link)
-  local links = {}
-  while link do
-    links[#links + 1] = link
-    link = link.prev
-  end
-  local out = {}
-  for i = #links, 1, -1 do out[#out + 1] = links[i].attn[links[i].row]:totable() end
-  return out
-end
-
 local function better_hyp(a, b)
   if a.score ~= b.score then return a.score > b.score end
   if a.log_prob ~= b.log_prob then return a.log_prob > b.log_prob end
@@ -543,7 +528,7 @@ function M.beam(step, state, opts)
     for b = 1, B do
       beams[b] = {}
       for k = 1, K do
-        beams[b][k] = {score = k == 1 and 0 or NEG_INF, tokens = {}, align = nil,
+        beams[b][k] = {score = k == 1 and 0 or NEG_INF, tokens = {}, align = {},
                        last = c.start[b]}
       end
       finished[b] = {}
@@ -582,8 +567,8 @@ function M.beam(step, state, opts)
       local lp, attn
       lp, state, attn = call_step(fname, c, step, feed, state, t, N)
       local vals, ids = row_best(lp, 2 * K)
-      local at = attn and attn:clone()   -- this step's rows, kept for align_rows
-      any_attn = any_attn or at ~= nil
+      local arows = attn and attn:totable()
+      any_attn = any_attn or arows ~= nil
       local next_active, idx = {}, {}
       for i, b in ipairs(active) do
         local base = (i - 1) * K
@@ -596,7 +581,7 @@ function M.beam(step, state, opts)
           local s, k, v = cand[1], cand[2], cand[3]
           local parent = beams[b][k]
           local function align()       -- the parent's alignment and this step's row
-            return at and {prev = parent.align, attn = at, row = base + k} or parent.align
+            return arows and extend(parent.align, arows[base + k]) or parent.align
           end
           if v == stop then
             if rank <= K then
@@ -643,7 +628,7 @@ function M.beam(step, state, opts)
         local h = list[j]
         hyps[b][j] = {tokens = h.tokens, score = h.score, log_prob = h.log_prob,
                       length = h.length, finished = h.finished,
-                      alignment = any_attn and align_rows(h.alignment) or nil}
+                      alignment = any_attn and h.alignment or nil}
       end
     end
     return hyps
