@@ -447,8 +447,11 @@ local function top_candidates(vals, ids, base, scores, K, n)
       for j = 1, #row do
         local x = row[j]
         if x > 0 then positive = true end
-        local s, v = sk + x, math.tointeger(rid[j])
-        if s > NEG_INF then
+        local s = sk + x
+        -- once the heap is full most candidates fall below its worst: that one comparison
+        -- rejects them (the hot loop of a beam step over a whole vocabulary)
+        if s > NEG_INF and (size < n or s >= hs[1]) then
+          local v = math.tointeger(rid[j])
           if size < n then
             size = size + 1
             hs[size], hk[size], hv[size] = s, k, v
