@@ -196,6 +196,46 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Products between GL_SGEMM_POOL_MNK and GL_SGEMM_MT_MNK multiply-adds (an LSTM step's
+ * 64 x 1024 x 320, a convolution's weight gradient) are too small for OpenBLAS's threads to
+ * pay but big enough for the pool's: C is cut along its longer side into blocks of at least
+ * SPLIT_MIN rows or columns, one OpenBLAS call (on one thread) per block.  OpenBLAS's own
+ * threading cuts C the same way and never along K, and each element's sum runs over K in the
+ * same order whatever block holds it, so the result is the same bits as one call. */
+#define GL_SGEMM_POOL_MNK ((double)(1 << 21))
+#define SPLIT_MIN 32
+
+typedef struct {
+  int ta, tb, M, N, K;
+  float alpha, beta;
+  const float *A;
+  int lda;
+  const float *B;
+  int ldb;
+  float *C;
+  int ldc, split_n, blocks;
+} split_ctx;
+
+static void split_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const split_ctx *c = ctx;
+  int len = c->split_n ? c->N : c->M;
+  for (size_t b = lo; b < hi; b++) {
+    int a0 = (int)((long long)len * (long long)b / c->blocks) & ~15;
+    int a1 = b + 1 == (size_t)c->blocks ? len : (int)((long long)len * (long long)(b + 1) / c->blocks) & ~15;
+    if (a1 <= a0) continue;
+    if (c->split_n) {   /* columns a0..a1 of C: of op(B) too */
+      const float *Bb = c->tb ? c->B + (size_t)a0 * c->ldb : c->B + a0;
+      p_sgemm(RowMajor, c->ta ? Trans : NoTrans, c->tb ? Trans : NoTrans, c->M, a1 - a0, c->K,
+              c->alpha, c->A, c->lda, Bb, c->ldb, c->beta, c->C + a0, c->ldc);
+    } else {            /* rows a0..a1 of C: of op(A) too */
+      const float *Ab = c->ta ? c->A + a0 : c->A + (size_t)a0 * c->lda;
+      p_sgemm(RowMajor, c->ta ? Trans : NoTrans, c->tb ? Trans : NoTrans, a1 - a0, c->N, c->K,
+              c->alpha, Ab, c->lda, c->B, c->ldb, c->beta, c->C + (size_t)a0 * c->ldc, c->ldc);
+    }
+  }
+}
+
 /* callers have run gl_blas_init() (the matmul ops do, and report its failure) */
 void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
@@ -207,8 +247,18 @@ void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
   }
   threads_for(M, N, K);
   double t0 = prof_on ? now_s() : 0;
-  p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B, ldb,
-          beta, C, ldc);
+  double mnk = (double)M * N * K;
+  if (max_threads > 1 && mnk >= GL_SGEMM_POOL_MNK && mnk < GL_SGEMM_MT_MNK &&
+      (M >= 2 * SPLIT_MIN || N >= 2 * SPLIT_MIN) && !gl_parallel_inside()) {
+    /* split along the longer side of C into blocks for the pool's threads */
+    int split_n = N >= M, len = split_n ? N : M;
+    int blocks = len / SPLIT_MIN < 2 * max_threads ? len / SPLIT_MIN : 2 * max_threads;
+    split_ctx c = {ta, tb, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc, split_n, blocks};
+    gl_parallel_blas((size_t)blocks, (size_t)(2 * mnk / blocks), split_range, &c);
+  } else {
+    p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B,
+            ldb, beta, C, ldc);
+  }
   if (prof_on) {   /* products may run on several pool threads at once (gl_parallel_blas) */
     static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&prof_mu);

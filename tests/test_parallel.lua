@@ -62,6 +62,17 @@ function T.test_blas_products_same_bits_on_1_and_2_threads()
     r[#r + 1] = a:matmul(b)
     return r
   end)
+  -- mid-size products (2^21 to 2^26 multiply-adds) are cut into blocks on the pool: along
+  -- N, along M, with every transposition linear and its backward use
+  same_bits("mid-size products cut into blocks", function()
+    local x, w, bias = leaf(64, 320), leaf(1024, 320), leaf(1024)
+    local u, v = leaf(1000, 100), leaf(100, 60)
+    local y = glimpse.linear(x, w, bias)                           -- (64 x 320) @ (1024 x 320)^T
+    local z = u:matmul(v)                                          -- 1000 rows: cut along M
+    local r = backward_through(y, {x, w, bias})
+    for _, t in ipairs(backward_through(z, {u, v})) do r[#r + 1] = t end
+    return r
+  end)
 end
 
 function T.test_elementwise_unary_binary_broadcast_scalar_same_on_1_and_2_threads()
