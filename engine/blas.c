@@ -8,16 +8,15 @@
  * library.  This works the same in the `glimpse` executable and in a stock `lua5.4` that
  * loads the module with require.
  *
- * Threads: gl_blas_set_threads(n) sets the most threads a product may use (OpenBLAS's own
- * default, the number of cores, until then), and each product asks for them only when it is
- * big enough (M*N*K >= GL_SGEMM_MT_MNK, about 0.7 ms of one core's work).  Smaller
- * products, which are most of a recurrent or attention step (64 x 1024 x 320, say), run on
- * one thread: OpenBLAS would split anything above 256K multiply-adds, and on a small shared
- * machine the split costs more than it gains, since the second core is often busy and the
- * calling thread then waits for its worker.  Measured on the 2-core development machine
- * with other work running (load 2 to 5): products of 4M to 42M multiply-adds ran no faster
- * on 2 threads than on 1 (165-195 GFLOP/s either way); ones of 84M and 134M ran twice as
- * fast on 2 when the second core was free, and slower when it was not.
+ * Threads: gl_set_threads(n) (parallel.c, the one setting) caps the threads a product may
+ * use (the number of CPUs, or GLIMPSE_THREADS, until then).  A product asks OpenBLAS for them
+ * only when it is big enough (M*N*K >= GL_SGEMM_MT_MNK, about 0.7 ms of one core's work).
+ * Below that, OpenBLAS's split was measured to cost more than it gained on a small shared
+ * machine (the calling thread waits for a worker the OS is slow to run: products of 4M to
+ * 42M multiply-adds ran no faster on 2 threads than on 1 at load 2 to 5, ones of 84M and
+ * 134M twice as fast when the second core was free).  Mid-size products (GL_SGEMM_POOL_MNK
+ * and up) are cut into blocks on the engine's own pool instead, whose calling thread takes
+ * blocks too, so a late worker costs only its share; smaller ones run on the calling thread.
  *
  * An OPENBLAS_CORETYPE already naming an AVX2-or-older core (environments often pin
  * "Haswell" as a safe default for CPUs OpenBLAS misdetects) is upgraded too, since on an
