@@ -40,9 +40,38 @@ static int make_view(gl_tensor **out, gl_tensor *a, int ndim, const int *shape, 
 /* reshape (a view): out has a's elements in a's order under a new shape
  * backward: ga += gout read with a's shape */
 
+/* dst[o * dstride + i] += src[o * sstride + i] for o < outer, i < width: the gradient adds of
+ * the slab ops (reshape, narrow, cat), on the pool by pieces of rows of up to SLAB_PIECE */
+#define SLAB_PIECE ((size_t)4096)
+typedef struct {
+  float *dst;
+  const float *src;
+  size_t dstride, sstride, width, pieces;   /* pieces per row */
+} slab_ctx;
+
+static void slab_add_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const slab_ctx *c = ctx;
+  for (size_t q = lo; q < hi; q++) {
+    size_t o = q / c->pieces, i0 = q % c->pieces * SLAB_PIECE;
+    size_t i1 = i0 + SLAB_PIECE < c->width ? i0 + SLAB_PIECE : c->width;
+    float *restrict d = c->dst + o * c->dstride;
+    const float *restrict sp = c->src + o * c->sstride;
+    for (size_t i = i0; i < i1; i++) d[i] += sp[i];
+  }
+}
+
+static void slab_add(float *dst, size_t dstride, const float *src, size_t sstride, size_t outer,
+                     size_t width) {
+  if (!width || !outer) return;
+  size_t pieces = (width + SLAB_PIECE - 1) / SLAB_PIECE;
+  slab_ctx c = {dst, src, dstride, sstride, width, pieces};
+  gl_parallel_for(outer * pieces, width < SLAB_PIECE ? width : SLAB_PIECE, slab_add_range, &c);
+}
+
 static int reshape_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
-  if (g) for (size_t i = 0; i < g->numel; i++) g->data[i] += gout[0]->data[i];
+  if (g) slab_add(g->data, 0, gout[0]->data, 0, 1, g->numel);
   return GL_OK;
 }
 
@@ -213,11 +242,7 @@ static int narrow_backward(gl_node *n, gl_tensor **gout) {
   const narrow_state *ns = GL_NODE_STATE(n, narrow_state);
   gl_dim_span(g, ns->dim, &outer, &len, &inner);
   size_t start = (size_t)ns->start, cnt = (size_t)ns->len;
-  for (size_t o = 0; o < outer; o++) {
-    float *dst = g->data + (o * len + start) * inner;
-    const float *src = gout[0]->data + o * cnt * inner;
-    for (size_t k = 0; k < cnt * inner; k++) dst[k] += src[k];
-  }
+  slab_add(g->data + start * inner, len * inner, gout[0]->data, cnt * inner, outer, cnt * inner);
   return GL_OK;
 }
 
@@ -519,12 +544,7 @@ static int cat_backward(gl_node *n, gl_tensor **gout) {
   for (int k = 0; k < n->nin; k++) {
     size_t len = (size_t)n->in[k]->shape[dim];
     gl_tensor *g = gl_grad_of(n, k);
-    if (g)
-      for (size_t o = 0; o < outer; o++) {
-        float *dst = g->data + o * len * inner;
-        const float *src = go->data + (o * total + off) * inner;
-        for (size_t i = 0; i < len * inner; i++) dst[i] += src[i];
-      }
+    if (g) slab_add(g->data, len * inner, go->data + off * inner, total * inner, outer, len * inner);
     off += len;
   }
   return GL_OK;

@@ -100,12 +100,16 @@ function T.test_elementwise_unary_binary_broadcast_scalar_same_on_1_and_2_thread
 end
 
 function T.test_permute_same_on_1_and_2_threads()
-  same_bits("permute forward and backward (a fresh gradient and an added one)", function()
+  same_bits("permute, reshape, narrow and cat, forward and backward", function()
     local x = leaf(16, 64, 3, 8, 32)
     local y = x:permute(3, 1, 4, 2, 5)               -- multi-head attention's head split
     local z = x:transpose(2, 4) * 2
     local w1, w2 = glimpse.randn(table.unpack(y:size())), glimpse.randn(table.unpack(z:size()))
-    ;((y * w1):sum() + (z * w2):sum()):backward()
+    -- and the slab ops' gradient adds: reshape, narrow on an inner dim, cat
+    local u = x:reshape(16 * 64, 768):narrow(2, 5, 600)
+    local v = glimpse.cat({x:reshape(16, 64, 768), x:reshape(16, 64, 768):narrow(3, 1, 100)}, 3)
+    local w3, w4 = glimpse.randn(table.unpack(u:size())), glimpse.randn(table.unpack(v:size()))
+    ;((y * w1):sum() + (z * w2):sum() + (u * w3):sum() + (v * w4):sum()):backward()
     return {y:detach(), z:detach(), x.grad}
   end)
 end
