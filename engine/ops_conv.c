@@ -206,7 +206,11 @@ static int conv_check(const char *op, const gl_tensor *x, const gl_tensor *w,
  * turned 180 degrees, channels swapped, padding 2 - p.  The weight gradient keeps im2col. */
 
 #define WINO_MIN_CHANNELS 16                    /* thinner products do not pay */
-#define WINO_CHUNK_FLOATS ((size_t)1 << 19)     /* V and M of a chunk of images: 2 MB */
+#define WINO_CHUNK_FLOATS ((size_t)1 << 21)     /* V and M of a chunk of images: 8 MB */
+/* V and M hold 16 planes each; their sizes are often powers of two, so planes lying end to
+ * end would map the 16 values of one tile to one cache set: each plane is padded by a cache
+ * line (U is laid out row by row instead: see wino_weights) */
+#define WINO_PAD ((size_t)16)
 #define WINO_MAX_IMAGE_FLOATS ((size_t)1 << 23) /* bigger images stay with im2col */
 
 /* a Ci -> Co channel convolution to an Ho x Wo output with padding ph, pw */
@@ -229,43 +233,55 @@ static int use_winograd_dx(const conv_geom *g) {     /* dy (O) -> dx (C), paddin
          wino_fits(g->O, g->C, g->H, g->W, 2 - g->ph, 2 - g->pw);
 }
 
-/* U (16, Co, Ci), U_k[o][c] = (G g G^T)_k for the kernel g = w[o][c] (Co = O, Ci = C), or for
- * the adjoint g = w[c][o] turned 180 degrees (Co = C, Ci = O).  w is (O, C, 3, 3). */
+/* U (Co, 16, Ci): U_k[o][c] = (G g G^T)_k for the kernel g = w[o][c] (Co = O, Ci = C), or for
+ * the adjoint g = w[c][o] turned 180 degrees (Co = C, Ci = O).  w is (O, C, 3, 3).  Product
+ * k reads U_k at U + k Ci with row stride 16 Ci, so each row of U (one output channel's 16
+ * transformed kernels) is written as one contiguous run: 16 planes of O*C floats end to end,
+ * often a power of two apart, would have put a kernel's 16 values in one cache set. */
 typedef struct { const float *w; int O, C, adjoint; float *U; } wino_w_ctx;
 
+#define WINO_WBLOCK 64
+
+/* rows r of U in [lo, hi), a block of WINO_WBLOCK kernels at a time */
 static void wino_weights_range(void *ctx, size_t lo, size_t hi, int slot) {
   (void)slot;
   const wino_w_ctx *x = ctx;
   const float *w = x->w;
-  int O = x->O, C = x->C, adjoint = x->adjoint;
-  float *U = x->U;
-  int ci = adjoint ? O : C;
-  size_t plane = (size_t)O * C;
-  for (int o = (int)lo; o < (int)hi; o++)
-    for (int c = 0; c < C; c++) {
-      const float *k = w + ((size_t)o * C + c) * 9;
-      float g[3][3], t[4][3];
-      for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 3; j++) g[i][j] = adjoint ? k[(2 - i) * 3 + 2 - j] : k[i * 3 + j];
-      for (int j = 0; j < 3; j++) {   /* G g */
-        t[0][j] = g[0][j];
-        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
-        t[3][j] = g[2][j];
+  int C = x->C, adjoint = x->adjoint;
+  int ci = adjoint ? x->O : C;
+  float blk[16][WINO_WBLOCK];
+  for (int r = (int)lo; r < (int)hi; r++) {
+    float *ur = x->U + (size_t)r * 16 * ci;
+    for (int j0 = 0; j0 < ci; j0 += WINO_WBLOCK) {
+      int nj = ci - j0 < WINO_WBLOCK ? ci - j0 : WINO_WBLOCK;
+      for (int jj = 0; jj < nj; jj++) {
+        int o = adjoint ? j0 + jj : r, c = adjoint ? r : j0 + jj;
+        const float *k = w + ((size_t)o * C + c) * 9;
+        float g[3][3], t[4][3];
+        for (int i = 0; i < 3; i++)
+          for (int j = 0; j < 3; j++) g[i][j] = adjoint ? k[(2 - i) * 3 + 2 - j] : k[i * 3 + j];
+        for (int j = 0; j < 3; j++) {   /* G g */
+          t[0][j] = g[0][j];
+          t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
+          t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
+          t[3][j] = g[2][j];
+        }
+        for (int p = 0; p < 4; p++) {   /* (G g) G^T */
+          blk[4 * p + 0][jj] = t[p][0];
+          blk[4 * p + 1][jj] = 0.5f * (t[p][0] + t[p][1] + t[p][2]);
+          blk[4 * p + 2][jj] = 0.5f * (t[p][0] - t[p][1] + t[p][2]);
+          blk[4 * p + 3][jj] = t[p][2];
+        }
       }
-      size_t at = adjoint ? (size_t)c * ci + o : (size_t)o * ci + c;
-      for (int p = 0; p < 4; p++) {   /* (G g) G^T */
-        U[(size_t)(4 * p + 0) * plane + at] = t[p][0];
-        U[(size_t)(4 * p + 1) * plane + at] = 0.5f * (t[p][0] + t[p][1] + t[p][2]);
-        U[(size_t)(4 * p + 2) * plane + at] = 0.5f * (t[p][0] - t[p][1] + t[p][2]);
-        U[(size_t)(4 * p + 3) * plane + at] = t[p][2];
-      }
+      for (int q = 0; q < 16; q++)
+        memcpy(ur + (size_t)q * ci + j0, blk[q], sizeof(float) * (size_t)nj);
     }
+  }
 }
 
 static void wino_weights(const float *w, int O, int C, int adjoint, float *U) {
   wino_w_ctx c = {w, O, C, adjoint, U};
-  gl_parallel_for((size_t)O, (size_t)C * 40, wino_weights_range, &c);
+  gl_parallel_for((size_t)(adjoint ? C : O), (size_t)(adjoint ? O : C) * 40, wino_weights_range, &c);
 }
 
 /* The transforms' passes, each a loop along a row with restrict pointers so it vectorises:
@@ -363,6 +379,7 @@ typedef struct {
   float *y, *V, *M, *P, *R;
   int Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add;
   size_t T, N, b0, nP, nR;
+  size_t vs, ms;   /* plane strides of V and M (padded: WINO_PAD) */
 } wino_ctx;
 
 static void wino_input_range(void *ctx, size_t lo, size_t hi, int slot) {
@@ -373,7 +390,7 @@ static void wino_input_range(void *ctx, size_t lo, size_t hi, int slot) {
     int c = (int)(q % (size_t)k->Ci);
     wino_input(k->x + (k->b0 + bi) * xim + (size_t)c * k->H * k->W, k->H, k->W, k->ph, k->pw,
                k->tH, k->tW, k->P + (size_t)slot * k->nP, k->R + (size_t)slot * k->nR,
-               k->V + (size_t)c * k->N + bi * k->T, (size_t)k->Ci * k->N);
+               k->V + (size_t)c * k->N + bi * k->T, k->vs);
   }
 }
 
@@ -382,8 +399,8 @@ static void wino_gemm_range(void *ctx, size_t lo, size_t hi, int slot) {
   const wino_ctx *w = ctx;
   int Co = w->Co, Ci = w->Ci, N = (int)w->N;
   for (size_t k = lo; k < hi; k++)
-    gl_sgemm(0, 0, Co, N, Ci, 1.0f, w->U + k * Co * Ci, Ci, w->V + k * Ci * w->N, N, 0.0f,
-             w->M + k * Co * w->N, N);
+    gl_sgemm(0, 0, Co, N, Ci, 1.0f, w->U + k * Ci, 16 * Ci, w->V + k * w->vs, N, 0.0f,
+             w->M + k * w->ms, N);
 }
 
 static void wino_output_range(void *ctx, size_t lo, size_t hi, int slot) {
@@ -392,14 +409,14 @@ static void wino_output_range(void *ctx, size_t lo, size_t hi, int slot) {
   for (size_t q = lo; q < hi; q++) {
     size_t bi = q / (size_t)k->Co;
     int o = (int)(q % (size_t)k->Co);
-    wino_output(k->M + (size_t)o * k->N + bi * k->T, (size_t)k->Co * k->N, k->Ho, k->Wo, k->tH,
+    wino_output(k->M + (size_t)o * k->N + bi * k->T, k->ms, k->Ho, k->Wo, k->tH,
                 k->tW, k->bias ? k->bias[o] : 0.0f, k->add, k->R + (size_t)slot * k->nR,
                 k->y + (k->b0 + bi) * yim + (size_t)o * k->Ho * k->Wo);
   }
 }
 
 /* y (B, Co, Ho, Wo) = [bias +] the 3x3 stride-1 correlation of x (B, Ci, H, W), padded by
- * ph, pw, with the transformed kernels U (16, Co, Ci); Ho = H + 2 ph - 2.  add: y += the
+ * ph, pw, with the transformed kernels U (Co, 16, Ci); Ho = H + 2 ph - 2.  add: y += the
  * correlation instead (no bias).  Writes nothing to y when it fails (out of memory). */
 static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw,
                          const float *U, int Co, const float *bias, int add, float *y) {
@@ -410,7 +427,7 @@ static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, in
   if (nbmax < 1) nbmax = 1;
   if (nbmax > (size_t)B) nbmax = (size_t)B;
   size_t slots = (size_t)gl_parallel_slots();
-  size_t nV = 16 * (size_t)Ci * T * nbmax, nM = 16 * (size_t)Co * T * nbmax;
+  size_t nV = 16 * ((size_t)Ci * T * nbmax + WINO_PAD), nM = 16 * ((size_t)Co * T * nbmax + WINO_PAD);
   size_t nP = (size_t)(2 * tH + 2) * (2 * tW + 2), nR = 12 * (size_t)tW + 8;
   float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR * slots);
   float *P = gl_scratch_alloc(nP * slots);
@@ -423,11 +440,13 @@ static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, in
   }
   memset(P, 0, sizeof(float) * nP * slots);   /* the padding; wino_input rewrites only the image part */
   wino_ctx k = {x, U, bias, y, V, M, P, R, Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add,
-                T, 0, 0, nP, nR};
+                T, 0, 0, nP, nR, 0, 0};
   for (size_t b0 = 0; b0 < (size_t)B; b0 += nbmax) {
     size_t nb = (size_t)B - b0 < nbmax ? (size_t)B - b0 : nbmax, N = nb * T;
     k.b0 = b0;
     k.N = N;
+    k.vs = (size_t)Ci * N + WINO_PAD;
+    k.ms = (size_t)Co * N + WINO_PAD;
     gl_parallel_for(nb * (size_t)Ci, 16 * T, wino_input_range, &k);
     if (gl_sgemm_threaded(Co, (int)N, Ci)) wino_gemm_range(&k, 0, 16, 0);
     else gl_parallel_blas(16, 2 * (size_t)Co * N * Ci, wino_gemm_range, &k);
