@@ -820,6 +820,7 @@ typedef struct {
   const float *a, *b;
   float *out, *arg;
   int fresh;
+  float *tmp;   /* max pooling without indices: a row-max scratch per pool slot */
 } pool_ctx;
 
 static void max_pool_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
@@ -850,57 +851,101 @@ static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
   if (!gx) return GL_OK;
   conv_geom g = geom_from_node(n);
   size_t planes = (size_t)g.B * g.C;
-  pool_ctx c = {&g, n->saved[0]->data, gout[0]->data, gx->data, NULL, fresh};
+  pool_ctx c = {&g, n->saved[0]->data, gout[0]->data, gx->data, NULL, fresh, NULL};
   gl_parallel_for(planes, (size_t)g.H * g.W + (size_t)g.Ho * g.Wo, max_pool_grad_range, &c);
   return GL_OK;
 }
 
 static const gl_op op_max_pool2d = {"max_pool2d", max_pool2d_backward};
 
-static void max_pool_range(void *ctx, size_t lo, size_t hi, int slot) {
-  (void)slot;
-  const pool_ctx *k = ctx;
-  const conv_geom g = *k->g;
-  size_t plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
-  float *y = k->out, *arg = k->arg;
-  for (size_t p = lo; p < hi; p++) {
-    const float *xp = k->a + p * plane;
-    for (int oy = 0; oy < g.Ho; oy++) {
-      size_t o = p * hwo + (size_t)oy * g.Wo;
-      if (is_2x2(&g) && !max2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.W, g.Wo,
-                                    2 * oy * g.W, y + o, arg ? arg + o : NULL))
-        continue;
-      for (int ox = 0; ox < g.Wo; ox++) {
-        int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-        int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
-        /* branch-free selects (random data mispredicts an if); NaNs are noted and handled
-         * after the window, so the hot loop stays a max */
-        float best = -INFINITY;
-        int bi = ya * g.W + xa, nan = 0;
-        for (int iy = ya; iy < yb; iy++) {
-          const float *row = xp + iy * g.W;
-          for (int ix = xa; ix < xb; ix++) {
-            float v = row[ix];
-            int gt = v > best;
-            bi = gt ? iy * g.W + ix : bi;
-            best = gt ? v : best;
-            nan |= v != v;
-          }
+/* one plane the general way: every window scanned, its first maximum's index kept */
+static void max_pool_plane(const conv_geom *gp, const float *xp, float *yp, float *ap) {
+  const conv_geom g = *gp;
+  for (int oy = 0; oy < g.Ho; oy++) {
+    size_t o = (size_t)oy * g.Wo;
+    if (is_2x2(&g) && !max2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.W, g.Wo,
+                                  2 * oy * g.W, yp + o, ap ? ap + o : NULL))
+      continue;
+    for (int ox = 0; ox < g.Wo; ox++) {
+      int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+      int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
+      int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
+      /* branch-free selects (random data mispredicts an if); NaNs are noted and handled
+       * after the window, so the hot loop stays a max */
+      float best = -INFINITY;
+      int bi = ya * g.W + xa, nan = 0;
+      for (int iy = ya; iy < yb; iy++) {
+        const float *row = xp + iy * g.W;
+        for (int ix = xa; ix < xb; ix++) {
+          float v = row[ix];
+          int gt = v > best;
+          bi = gt ? iy * g.W + ix : bi;
+          best = gt ? v : best;
+          nan |= v != v;
         }
-        if (nan) /* NaN propagates, as in PyTorch: the first NaN of the window wins */
-          for (int iy = ya; iy < yb && nan; iy++)
-            for (int ix = xa; ix < xb; ix++)
-              if (xp[iy * g.W + ix] != xp[iy * g.W + ix]) {
-                best = xp[iy * g.W + ix];
-                bi = iy * g.W + ix;
-                nan = 0;
-                break;
-              }
-        y[o + ox] = best;
-        if (arg) arg[o + ox] = (float)bi;
       }
+      if (nan) /* NaN propagates, as in PyTorch: the first NaN of the window wins */
+        for (int iy = ya; iy < yb && nan; iy++)
+          for (int ix = xa; ix < xb; ix++)
+            if (xp[iy * g.W + ix] != xp[iy * g.W + ix]) {
+              best = xp[iy * g.W + ix];
+              bi = iy * g.W + ix;
+              nan = 0;
+              break;
+            }
+      yp[o + ox] = best;
+      if (ap) ap[o + ox] = (float)bi;
     }
+  }
+}
+
+/* One plane without indices (inference) in two passes: the max over each window's columns
+ * for every input row (R, H x Wo), then over its rows.  A max is exact, so the order does not
+ * change it; a plane holding a NaN is redone the general way, which propagates it. */
+static void max_pool_plane_separable(const conv_geom *gp, const float *xp, float *yp, float *R) {
+  const conv_geom g = *gp;
+  int nan = 0;
+  for (int iy = 0; iy < g.H; iy++) {
+    const float *row = xp + (size_t)iy * g.W;
+    float *r = R + (size_t)iy * g.Wo;
+    for (int ox = 0; ox < g.Wo; ox++) {
+      int x0 = ox * g.sw - g.pw;
+      int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
+      float best = -INFINITY;
+      for (int ix = xa; ix < xb; ix++) {
+        float v = row[ix];
+        nan |= v != v;
+        best = v > best ? v : best;
+      }
+      r[ox] = best;
+    }
+  }
+  if (nan) {
+    max_pool_plane(gp, xp, yp, NULL);
+    return;
+  }
+  for (int oy = 0; oy < g.Ho; oy++) {
+    int y0 = oy * g.sh - g.ph;
+    int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
+    float *restrict o = yp + (size_t)oy * g.Wo;
+    for (int ox = 0; ox < g.Wo; ox++) o[ox] = -INFINITY;
+    for (int iy = ya; iy < yb; iy++) {
+      const float *restrict r = R + (size_t)iy * g.Wo;
+      for (int ox = 0; ox < g.Wo; ox++) o[ox] = r[ox] > o[ox] ? r[ox] : o[ox];
+    }
+  }
+}
+
+static void max_pool_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const pool_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t plane = (size_t)g->H * g->W, hwo = (size_t)g->Ho * g->Wo;
+  for (size_t p = lo; p < hi; p++) {
+    if (k->tmp)
+      max_pool_plane_separable(g, k->a + p * plane, k->out + p * hwo,
+                               k->tmp + (size_t)slot * g->H * g->Wo);
+    else
+      max_pool_plane(g, k->a + p * plane, k->out + p * hwo, k->arg ? k->arg + p * hwo : NULL);
   }
 }
 
@@ -925,8 +970,13 @@ int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
     gl_release(idx);
     return st;
   }
-  pool_ctx c = {&g, x->data, NULL, (*out)->data, idx ? idx->data : NULL, 0};
+  /* inference (no indices) on windows other than 2x2 goes the separable way, with a scratch
+   * of H x Wo per pool slot (none: the general way) */
+  size_t slots = (size_t)gl_parallel_slots(), ntmp = (size_t)g.H * g.Wo * slots;
+  float *tmp = !idx && !is_2x2(&g) && ntmp ? gl_scratch_alloc(ntmp) : NULL;
+  pool_ctx c = {&g, x->data, NULL, (*out)->data, idx ? idx->data : NULL, 0, tmp};
   gl_parallel_for(planes, plane + hwo * 2, max_pool_range, &c);
+  gl_scratch_free(tmp, ntmp);
   gl_node *n = gl_record(&op_max_pool2d, 1, &x, 1, out);
   if (n) geom_to_node(n, &g);
   gl_save(n, idx);
@@ -964,7 +1014,7 @@ static int avg_pool2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *gx = gl_grad_of(n, 0);
   if (!gx) return GL_OK;
   conv_geom g = geom_from_node(n);
-  pool_ctx c = {&g, NULL, gout[0]->data, gx->data, NULL, 0};
+  pool_ctx c = {&g, NULL, gout[0]->data, gx->data, NULL, 0, NULL};
   gl_parallel_for((size_t)g.B * g.C, (size_t)g.Ho * g.Wo * g.kh * g.kw, avg_pool_grad_range, &c);
   return GL_OK;
 }
@@ -1005,7 +1055,7 @@ int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw,
   int st = pool_check("avg_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
   if (st) return st;
   if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) return st;
-  pool_ctx c = {&g, x->data, NULL, (*out)->data, NULL, 0};
+  pool_ctx c = {&g, x->data, NULL, (*out)->data, NULL, 0, NULL};
   gl_parallel_for((size_t)g.B * g.C, (size_t)g.Ho * g.Wo * kh * kw, avg_pool_range, &c);
   gl_node *n = gl_record(&op_avg_pool2d, 1, &x, 1, out);
   if (n) geom_to_node(n, &g);

@@ -278,6 +278,28 @@ function T.test_max_pool2d_propagates_nan()
   end
 end
 
+function T.test_max_pool2d_without_indices_matches_the_indexed_path()
+  -- under no_grad (no indices kept) windows other than 2x2 take the separable two-pass path;
+  -- it must give what the indexed path gives, against PyTorch too, NaN included
+  local f = fixture("nn_max_pool2d")
+  local y = glimpse.no_grad(function() return glimpse.max_pool2d(f["input.x"], 3, 2, 1) end)
+  assert_close(y, f["output.y"], EXACT, "fixture, no indices")
+  glimpse.manual_seed(3)
+  for _, c in ipairs({{3, 2, 1}, {3, 1, 1}, {2, 1, 0}, {5, 3, 2}, {3, 3, 0}, {4, 2, 1}}) do
+    local x = glimpse.randn(2, 3, 11, 9)
+    local want = glimpse.max_pool2d(x:clone():requires_grad(), c[1], c[2], c[3]):detach()
+    local got = glimpse.no_grad(function() return glimpse.max_pool2d(x, c[1], c[2], c[3]) end)
+    lu.assertEquals(got:ne(want):sum():item(), 0, table.concat(c, ","))
+  end
+  local x = glimpse.zeros(1, 1, 5, 5)
+  x:reshape(25)[13] = 0 / 0
+  local y = glimpse.no_grad(function() return glimpse.max_pool2d(x, 3, 2, 1) end)
+  local got = y:reshape(9):totable()
+  for i, v in ipairs(got) do   -- only the middle window holds the NaN; the rest are 0
+    if i == 5 then lu.assertTrue(v ~= v, "the NaN window") else lu.assertEquals(v, 0) end
+  end
+end
+
 function T.test_pooling_gradcheck()
   glimpse.manual_seed(14)
   local x = distinct(2, 2, 7, 6):requires_grad()
