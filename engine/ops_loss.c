@@ -23,6 +23,12 @@ typedef struct {
   float *o;
 } sm_ctx;
 
+/* where row q = o * inner + i of an (outer, len, inner) view starts (its entries are inner
+ * apart) */
+static inline size_t row_base(size_t q, size_t len, size_t inner) {
+  return (q / inner) * len * inner + q % inner;
+}
+
 /* Record the dim and keep the output y for backward (an alias: the node must not own the
  * tensor that owns the node). */
 /* softmax's and log_softmax's saved state: the dim (the output itself is saved[0]) */
@@ -47,7 +53,7 @@ static void softmax_grad_range(void *c, size_t lo, size_t hi, int slot) {
   const float *y = k0->y, *d = k0->d;
   float *gx = k0->o;
   for (size_t q = lo; q < hi; q++) {
-    size_t base = (q / inner) * len * inner + q % inner;
+    size_t base = row_base(q, len, inner);
     double dot = 0;
     for (size_t j = 0; j < len; j++) dot += (double)d[base + j * inner] * y[base + j * inner];
     for (size_t j = 0; j < len; j++) {
@@ -76,7 +82,7 @@ static void softmax_range(void *c, size_t lo, size_t hi, int slot) {
   const float *x = k0->x, *mk = k0->mask;
   float *y = k0->o;
   for (size_t q = lo; q < hi; q++) {
-    size_t base = (q / inner) * len * inner + q % inner;
+    size_t base = row_base(q, len, inner);
     float mx = -INFINITY;
     int nan = 0;
     for (size_t j = 0; j < len; j++) {
@@ -139,7 +145,7 @@ static void log_softmax_grad_range(void *c, size_t lo, size_t hi, int slot) {
   const float *y = k0->y, *d = k0->d;
   float *gx = k0->o;
   for (size_t q = lo; q < hi; q++) {
-    size_t base = (q / inner) * len * inner + q % inner;
+    size_t base = row_base(q, len, inner);
     float ymax = -INFINITY;
     for (size_t j = 0; j < len; j++) ymax = y[base + j * inner] > ymax ? y[base + j * inner] : ymax;
     if (ymax == -INFINITY) continue;   /* a fully masked row: no gradient, as softmax's */
@@ -171,7 +177,7 @@ static void log_softmax_range(void *c, size_t lo, size_t hi, int slot) {
   const float *x = k0->x;
   float *y = k0->o;
   for (size_t q = lo; q < hi; q++) {
-    size_t base = (q / inner) * len * inner + q % inner;
+    size_t base = row_base(q, len, inner);
     float mx = -INFINITY;
     for (size_t j = 0; j < len; j++) if (x[base + j * inner] > mx) mx = x[base + j * inner];
     if (mx == -INFINITY) {

@@ -98,6 +98,16 @@ static void fill_input_part(rnn_run *r, int t, float *dst, size_t ld) {
   run_rows((size_t)r->B, (size_t)r->G, fill_rows, (step_ctx){.r = r, .t = t, .a = dst, .lda = ld});
 }
 
+/* an RNN or LSTM step: a = xp[:, t] + b_hh + h W_hh^T (G = gates * H columns), then the
+ * kind's row loop (`cost` operations per unit of H) */
+static void gated_step_forward(rnn_run *r, int t, float *a, size_t lda, size_t cost,
+                               gl_range_fn rows) {
+  int B = r->B, H = r->H;
+  fill_input_part(r, t, a, lda);
+  gl_sgemm(0, 1, B, r->G, H, 1.0f, r->h, H, r->w, H, 1.0f, a, (int)lda);
+  run_rows((size_t)B, cost * (size_t)H, rows, (step_ctx){.r = r, .t = t, .a = a, .lda = lda});
+}
+
 /* ------------------------------------------------------------------------ */
 /* Elman RNN step: h' = act(xp + h W_hh^T + b_hh), act = tanh or relu; a = h' is saved
  * backward: da = dh' * act'(a) (1 - a^2 for tanh, [a > 0] for relu); dxp = da, dh = da W_hh */
@@ -105,10 +115,7 @@ static void fill_input_part(rnn_run *r, int t, float *dst, size_t ld) {
 static void rnn_rows_fwd(void *ctx, size_t lo, size_t hi, int slot);
 
 static void rnn_step_forward(rnn_run *r, int t, float *a, size_t lda) {
-  int B = r->B, H = r->H;
-  fill_input_part(r, t, a, lda);
-  gl_sgemm(0, 1, B, H, H, 1.0f, r->h, H, r->w, H, 1.0f, a, (int)lda);
-  run_rows((size_t)B, 10 * (size_t)H, rnn_rows_fwd, (step_ctx){.r = r, .t = t, .a = a, .lda = lda});
+  gated_step_forward(r, t, a, lda, 10, rnn_rows_fwd);
 }
 
 static void rnn_rows_fwd(void *ctx, size_t lo, size_t hi, int slot) {
@@ -207,10 +214,7 @@ static void lstm_row_forward(int H, float *restrict ai, float *restrict af, floa
 static void lstm_rows_fwd(void *ctx, size_t lo, size_t hi, int slot);
 
 static void lstm_step_forward(rnn_run *r, int t, float *a, size_t lda) {
-  int B = r->B, H = r->H;
-  fill_input_part(r, t, a, lda);
-  gl_sgemm(0, 1, B, 4 * H, H, 1.0f, r->h, H, r->w, H, 1.0f, a, (int)lda);
-  run_rows((size_t)B, 60 * (size_t)H, lstm_rows_fwd, (step_ctx){.r = r, .t = t, .a = a, .lda = lda});
+  gated_step_forward(r, t, a, lda, 60, lstm_rows_fwd);
 }
 
 static void lstm_rows_fwd(void *ctx, size_t lo, size_t hi, int slot) {
