@@ -112,7 +112,10 @@ static void gated_step_forward(rnn_run *r, int t, float *a, size_t lda, size_t c
 /* Elman RNN step: h' = act(xp + h W_hh^T + b_hh), act = tanh or relu; a = h' is saved
  * backward: da = dh' * act'(a) (1 - a^2 for tanh, [a > 0] for relu); dxp = da, dh = da W_hh */
 
+/* the row loop of the RNN and LSTM steps (the LSTM's row kernel is in its section) */
 static void rnn_rows_fwd(void *ctx, size_t lo, size_t hi, int slot);
+static void lstm_row_forward(int H, float *restrict ai, float *restrict af, float *restrict ag,
+                             float *restrict ao, float *restrict c, float *restrict h);
 
 static void rnn_step_forward(rnn_run *r, int t, float *a, size_t lda) {
   gated_step_forward(r, t, a, lda, 10, rnn_rows_fwd);
@@ -133,12 +136,13 @@ static void rnn_rows_fwd(void *ctx, size_t lo, size_t hi, int slot) {
       if (y) memset(y, 0, sizeof(float) * (size_t)H);
       continue;
     }
-    if (relu)
-      for (int j = 0; j < H; j++) ar[j] = ar[j] > 0.0f ? ar[j] : 0.0f;
+    if (r->kind == RNN_LSTM)
+      lstm_row_forward(H, ar, ar + H, ar + 2 * H, ar + 3 * H, r->c + (size_t)b * H, h);
+    else if (relu)
+      for (int j = 0; j < H; j++) h[j] = ar[j] = ar[j] > 0.0f ? ar[j] : 0.0f;
     else
-      for (int j = 0; j < H; j++) ar[j] = vm_tanh(ar[j]);
-    memcpy(h, ar, sizeof(float) * (size_t)H);
-    if (y) memcpy(y, ar, sizeof(float) * (size_t)H);
+      for (int j = 0; j < H; j++) h[j] = ar[j] = vm_tanh(ar[j]);
+    if (y) memcpy(y, h, sizeof(float) * (size_t)H);
   }
 }
 
@@ -211,30 +215,10 @@ static void lstm_row_forward(int H, float *restrict ai, float *restrict af, floa
   }
 }
 
-static void lstm_rows_fwd(void *ctx, size_t lo, size_t hi, int slot);
-
 static void lstm_step_forward(rnn_run *r, int t, float *a, size_t lda) {
-  gated_step_forward(r, t, a, lda, 60, lstm_rows_fwd);
+  gated_step_forward(r, t, a, lda, 60, rnn_rows_fwd);
 }
 
-static void lstm_rows_fwd(void *ctx, size_t lo, size_t hi, int slot) {
-  (void)slot;
-  const step_ctx *k = ctx;
-  rnn_run *r = k->r;
-  int H = r->H, t = k->t;
-  float *a = k->a;
-  size_t lda = k->lda;
-  for (int b = (int)lo; b < (int)hi; b++) {
-    float *ar = a + (size_t)b * lda, *h = r->h + (size_t)b * H;
-    float *y = r->y ? r->y + ((size_t)b * r->T + t) * H : NULL;
-    if (!row_active(r, b, t)) {
-      if (y) memset(y, 0, sizeof(float) * (size_t)H);
-      continue;
-    }
-    lstm_row_forward(H, ar, ar + H, ar + 2 * H, ar + 3 * H, r->c + (size_t)b * H, h);
-    if (y) memcpy(y, h, sizeof(float) * (size_t)H);
-  }
-}
 
 static void lstm_row_backward(int H, const float *restrict i, const float *restrict f,
                               const float *restrict g, const float *restrict o,
