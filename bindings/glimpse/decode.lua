@@ -419,26 +419,13 @@ end
 
 
 -- The n best candidates (score, beam k, token v) of one item from its K rows (base+1 ..
--- base+K): a bounded min-heap on "worse", ties broken towards the lower beam then the lower
--- token, so the result does not depend on the order candidates arrive in.  Also says
--- whether any log-prob was above 0 (then no early-stopping bound holds).
+-- base+K), best first, ties broken towards the lower beam then the lower token, so the
+-- result does not depend on the order candidates arrive in.  n is 2 * beam, small: the
+-- list is kept sorted by insertion, and a candidate below its worst is rejected with one
+-- comparison (the hot loop of a beam step over a whole vocabulary).  Also says whether any
+-- log-prob was above 0 (then no early-stopping bound holds).
 local function top_candidates(vals, ids, base, scores, K, n)
-  local hs, hk, hv, size = {}, {}, {}, 0
-  local function swap(i, j)
-    hs[i], hs[j] = hs[j], hs[i]
-    hk[i], hk[j] = hk[j], hk[i]
-    hv[i], hv[j] = hv[j], hv[i]
-  end
-  local function down(i)
-    while true do
-      local l, r, m = 2 * i, 2 * i + 1, i
-      if l <= size and worse(hs[l], hk[l], hv[l], hs[m], hk[m], hv[m]) then m = l end
-      if r <= size and worse(hs[r], hk[r], hv[r], hs[m], hk[m], hv[m]) then m = r end
-      if m == i then return end
-      swap(i, m)
-      i = m
-    end
-  end
+  local cs, ck, cv, size = {}, {}, {}, 0
   local positive = false
   for k = 1, K do
     local sk = scores[k]
@@ -448,31 +435,23 @@ local function top_candidates(vals, ids, base, scores, K, n)
         local x = row[j]
         if x > 0 then positive = true end
         local s = sk + x
-        -- once the heap is full most candidates fall below its worst: that one comparison
-        -- rejects them (the hot loop of a beam step over a whole vocabulary)
-        if s > NEG_INF and (size < n or s >= hs[1]) then
+        if s > NEG_INF and (size < n or s >= cs[size]) then
           local v = math.tointeger(rid[j])
-          if size < n then
-            size = size + 1
-            hs[size], hk[size], hv[size] = s, k, v
-            local i = size
-            while i > 1 do
-              local p = i // 2
-              if worse(hs[i], hk[i], hv[i], hs[p], hk[p], hv[p]) then swap(i, p); i = p else break end
+          if size < n or worse(cs[size], ck[size], cv[size], s, k, v) then
+            local i = size + 1         -- a new slot, or the worst's when the list is full
+            if size < n then size = i else i = size end
+            while i > 1 and worse(cs[i - 1], ck[i - 1], cv[i - 1], s, k, v) do
+              cs[i], ck[i], cv[i] = cs[i - 1], ck[i - 1], cv[i - 1]
+              i = i - 1
             end
-          elseif worse(hs[1], hk[1], hv[1], s, k, v) then
-            hs[1], hk[1], hv[1] = s, k, v
-            down(1)
+            cs[i], ck[i], cv[i] = s, k, v
           end
         end
       end
     end
   end
-  local order = {}
-  for i = 1, size do order[i] = i end
-  table.sort(order, function(a, b) return worse(hs[b], hk[b], hv[b], hs[a], hk[a], hv[a]) end)
   local cands = {}
-  for i, j in ipairs(order) do cands[i] = {hs[j], hk[j], hv[j]} end
+  for i = 1, size do cands[i] = {cs[i], ck[i], cv[i]} end
   return cands, positive
 end
 
