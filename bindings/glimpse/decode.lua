@@ -505,7 +505,18 @@ function M.beam(step, state, opts)
     -- K rows per item: item b's beams are rows (b-1)*K+1 .. b*K
     local expand = {}
     for b = 1, B do for k = 1, K do expand[(b - 1) * K + k] = b end end
-    state = reorder_value(state, expand, B, "state", keep_memo(fname, c.keep), fname)
+    local memo = keep_memo(fname, c.keep)
+    state = reorder_value(state, expand, B, "state", memo, fname)
+    -- Every state tensor now holds K equal rows per item.  One the step hands back unchanged
+    -- (the same tensor: the encoder's annotations, the attention's keys) keeps them equal,
+    -- and beams are only ever reordered within their own item, so reordering it changes
+    -- nothing: it passes through (no copy per step of what may be most of the state) until
+    -- an item finishes and rows are dropped.
+    local per_item = setmetatable({}, {__mode = "k"})
+    for _, r in pairs(memo) do
+      if glimpse.is_tensor(r) then per_item[r] = true end
+    end
+    for _, v in ipairs(c.keep or {}) do per_item[v] = nil end
     local beams, finished, serial = {}, {}, 0
     for b = 1, B do
       beams[b] = {}
@@ -597,7 +608,20 @@ function M.beam(step, state, opts)
         end
       end
       if #next_active == 0 then break end
-      state = reorder_value(state, idx, N, "state", keep_memo(fname, c.keep), fname)
+      local dropped = #next_active < #active
+      local rmemo = keep_memo(fname, c.keep)
+      if not dropped then
+        setmetatable(rmemo, {__index = function(_, v) return per_item[v] and v or nil end})
+      end
+      state = reorder_value(state, idx, N, "state", rmemo, fname)
+      if dropped then     -- the copies of per-item tensors are per item too
+        local fresh = {}
+        for v in pairs(per_item) do
+          local r = rawget(rmemo, v)
+          if r then fresh[r] = true end
+        end
+        for r in pairs(fresh) do per_item[r] = true end
+      end
       active = next_active
     end
 
