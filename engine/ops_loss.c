@@ -432,29 +432,63 @@ int gl_nll_loss(gl_tensor **out, gl_tensor *logp, const gl_tensor *targets, int 
 
 typedef struct { int reduction, bce; } pair_loss_state;
 
+/* the elementwise part of MSE and BCE on the pool: per-element losses l forward, or input
+ * `which`'s gradient g backward (the reduction of l stays on one thread) */
+typedef struct {
+  const float *a, *b, *d;
+  float *out;
+  int red, bce, which;
+  size_t N;
+} pw_ctx;
+
+static void pointwise_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const pw_ctx *c = ctx;
+  const float *a = c->a, *b = c->b, *d = c->d;
+  int red = c->red, bce = c->bce, which = c->which;
+  size_t N = c->N;
+  float *g = c->out;
+  for (size_t i = lo; i < hi; i++) {
+    float w = row_weight(d, i, red, N);
+    float v;
+    if (!bce) v = 2 * (a[i] - b[i]) * (which ? -1 : 1);
+    else if (which == 0) {
+      float den = a[i] * (1 - a[i]);
+      v = (a[i] - b[i]) / (den > 1e-12f ? den : 1e-12f);
+    } else {
+      float lp = logf(a[i]), l1p = logf(1 - a[i]);
+      v = -((lp < -100 ? -100 : lp) - (l1p < -100 ? -100 : l1p));
+    }
+    g[i] += w * v;
+  }
+}
+
 static int pointwise_loss_backward(gl_node *n, gl_tensor **gout) {
-  const float *a = n->in[0]->data, *b = n->in[1]->data, *d = gout[0]->data;
   const pair_loss_state *ps = GL_NODE_STATE(n, pair_loss_state);
-  int red = ps->reduction, bce = ps->bce;
-  size_t N = n->in[0]->numel;
   for (int which = 0; which < 2; which++) {
     gl_tensor *g = gl_grad_of(n, which);
     if (!g) continue;
-    for (size_t i = 0; i < N; i++) {
-      float w = row_weight(d, i, red, N);
-      float v;
-      if (!bce) v = 2 * (a[i] - b[i]) * (which ? -1 : 1);
-      else if (which == 0) {
-        float den = a[i] * (1 - a[i]);
-        v = (a[i] - b[i]) / (den > 1e-12f ? den : 1e-12f);
-      } else {
-        float lp = logf(a[i]), l1p = logf(1 - a[i]);
-        v = -((lp < -100 ? -100 : lp) - (l1p < -100 ? -100 : l1p));
-      }
-      g->data[i] += w * v;
-    }
+    pw_ctx c = {n->in[0]->data, n->in[1]->data, gout[0]->data, g->data, ps->reduction, ps->bce,
+                which, n->in[0]->numel};
+    gl_parallel_for(c.N, ps->bce ? 40 : 4, pointwise_grad_range, &c);
   }
   return GL_OK;
+}
+
+static void pointwise_loss_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const pw_ctx *c = ctx;
+  const float *a = c->a, *b = c->b;
+  float *l = c->out;
+  for (size_t i = lo; i < hi; i++) {
+    if (!c->bce) { float e = a[i] - b[i]; l[i] = e * e; }
+    else {
+      float lp = logf(a[i]), l1p = logf(1 - a[i]);
+      lp = lp < -100 ? -100 : lp;
+      l1p = l1p < -100 ? -100 : l1p;
+      l[i] = -(b[i] * lp + (1 - b[i]) * l1p);
+    }
+  }
 }
 
 static const gl_op op_pointwise_loss = {"pointwise_loss", pointwise_loss_backward};
@@ -471,15 +505,8 @@ static int pointwise_loss(const char *op, int bce, gl_tensor **out, gl_tensor *a
         return gl_fail(GL_EVALUE, "%s: input %g is not a probability in [0,1]", op, (double)a->data[i]);
   float *l = gl_scratch_alloc(a->numel);
   if (!l) return gl_fail(GL_ENOMEM, "%s: out of memory", op);
-  for (size_t i = 0; i < a->numel; i++) {
-    if (!bce) { float e = a->data[i] - b->data[i]; l[i] = e * e; }
-    else {
-      float lp = logf(a->data[i]), l1p = logf(1 - a->data[i]);
-      lp = lp < -100 ? -100 : lp;
-      l1p = l1p < -100 ? -100 : l1p;
-      l[i] = -(b->data[i] * lp + (1 - b->data[i]) * l1p);
-    }
-  }
+  pw_ctx c = {a->data, b->data, NULL, l, reduction, bce, 0, a->numel};
+  gl_parallel_for(a->numel, bce ? 40 : 2, pointwise_loss_range, &c);
   int st = reduce_rows(out, l, a->numel, a->numel, reduction, a->ndim, a->shape);
   gl_scratch_free(l, a->numel);
   if (st) return st;

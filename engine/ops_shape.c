@@ -70,8 +70,10 @@ static void slab_add(float *dst, size_t dstride, const float *src, size_t sstrid
 }
 
 static int reshape_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *g = gl_grad_of(n, 0);
-  if (g) slab_add(g->data, 0, gout[0]->data, 0, 1, g->numel);
+  int fresh;
+  gl_tensor *g = gl_grad_slot(n, 0, &fresh);
+  if (g && fresh) memcpy(g->data, gout[0]->data, g->numel * sizeof(float));
+  else if (g) slab_add(g->data, 0, gout[0]->data, 0, 1, g->numel);
   return GL_OK;
 }
 

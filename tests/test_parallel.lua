@@ -127,6 +127,13 @@ function T.test_reductions_softmax_and_losses_same_on_1_and_2_threads()
     local y = x:softmax(3) + glimpse.softmax(x, 2) + x:log_softmax(3) + glimpse.softmax(x, 3, mask)
     return backward_through(y, {x})
   end)
+  same_bits("mse_loss and bce_loss", function()
+    local a, b = leaf(300, 200), glimpse.rand(300, 200)
+    local p = glimpse.sigmoid(leaf(300, 200))
+    local l = glimpse.mse_loss(a, b) + glimpse.bce_loss(p, b) + glimpse.mse_loss(a, b, {reduction = "sum"}) * 0.5
+    l:backward()
+    return {l:detach(), a.grad}
+  end)
   same_bits("cross_entropy", function()
     local logits = leaf(512, 100)
     local targets = (glimpse.rand(512) * 100):floor() + 1
