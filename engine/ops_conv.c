@@ -607,6 +607,45 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
 
 static const gl_op op_conv2d = {"conv2d", conv2d_backward};
 
+/* products below this many multiply-adds are not cut into blocks (blas.c): a convolution
+ * runs such chunks of images side by side instead */
+#define CONV_SIDE_BY_SIDE_MNK ((double)(1 << 21))
+
+typedef struct {
+  const conv_geom *g;
+  const float *x, *w, *bias;
+  float *y, *col, *yt;   /* col, yt: one buffer of ncolf, nytf floats per pool slot */
+  size_t ncolf, nytf;
+  int nbmax;
+} conv_fwd_ctx;
+
+/* chunks [lo, hi) of nbmax images: im2col, the product, the bias (and layout) */
+static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const conv_fwd_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t K = (size_t)g->C * g->kh * g->kw, hwo = (size_t)g->Ho * g->Wo;
+  size_t xim = (size_t)g->C * g->H * g->W;
+  float *col = k->col + (size_t)slot * k->ncolf, *yt = k->yt ? k->yt + (size_t)slot * k->nytf : NULL;
+  for (size_t ch = lo; ch < hi; ch++) {
+    int b0 = (int)ch * k->nbmax;
+    int nb = g->B - b0 < k->nbmax ? g->B - b0 : k->nbmax;
+    int ncol = nb * (int)hwo;
+    const float *cp = col;
+    if (nb == 1 && is_pointwise(g)) cp = k->x + b0 * xim;   /* no copy needed */
+    else im2col(k->x + b0 * xim, nb, g, col);
+    chan_ctx c = {g, NULL, k->bias, k->y, b0, nb, 0};
+    if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
+      float *yb = k->y + (size_t)b0 * g->O * hwo;
+      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
+      gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 1.0f, yb, ncol);
+      continue;
+    }
+    gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 0.0f, yt, ncol);
+    c.src = yt;                             /* (O, nb, HoWo) -> (nb, O, HoWo), + bias */
+    gl_parallel_for((size_t)nb * g->O, hwo, from_channel_major_range, &c);
+  }
+}
+
 int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh, int sw,
               int ph, int pw) {
   conv_geom g;
@@ -632,36 +671,27 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
       return st;
     }
   } else if ((*out)->numel > 0) {
-    int nbmax = chunk_images(&g);
-    float *col = gl_scratch_alloc(K * (size_t)nbmax * hwo);
-    float *yt = nbmax > 1 ? gl_scratch_alloc((size_t)g.O * nbmax * hwo) : NULL;
-    if (!col || (nbmax > 1 && !yt)) {
-      gl_scratch_free(col, K * (size_t)nbmax * hwo);
-      gl_scratch_free(yt, (size_t)g.O * nbmax * hwo);
+    int nbmax = chunk_images(&g), nchunks = (g.B + nbmax - 1) / nbmax;
+    /* chunks whose product is too small to be cut into blocks run side by side, one per
+     * pool thread, each with its own column buffer */
+    int side = nchunks >= 2 && (double)g.O * nbmax * hwo * K < CONV_SIDE_BY_SIDE_MNK;
+    size_t slots = side ? (size_t)gl_parallel_slots() : 1;
+    size_t ncolf = K * (size_t)nbmax * hwo, nytf = nbmax > 1 ? (size_t)g.O * nbmax * hwo : 0;
+    float *col = gl_scratch_alloc(ncolf * slots);
+    float *yt = nytf ? gl_scratch_alloc(nytf * slots) : NULL;
+    if (!col || (nytf && !yt)) {
+      gl_scratch_free(col, ncolf * slots);
+      gl_scratch_free(yt, nytf * slots);
       gl_release(*out);
       *out = NULL;
       return gl_fail(GL_ENOMEM, "conv2d: out of memory for the column buffer");
     }
-    size_t xim = (size_t)g.C * g.H * g.W;
-    for (int b0 = 0; b0 < g.B; b0 += nbmax) {
-      int nb = g.B - b0 < nbmax ? g.B - b0 : nbmax;
-      int ncol = nb * (int)hwo;
-      const float *cp = col;
-      if (nb == 1 && is_pointwise(&g)) cp = x->data + b0 * xim;   /* no copy needed */
-      else im2col(x->data + b0 * xim, nb, &g, col);
-      chan_ctx c = {&g, NULL, bias ? bias->data : NULL, y, b0, nb, 0};
-      if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
-        float *yb = y + (size_t)b0 * g.O * hwo;
-        gl_parallel_for((size_t)g.O, hwo, from_channel_major_range, &c);   /* the bias */
-        gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, cp, ncol, 1.0f, yb, ncol);
-        continue;
-      }
-      gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, cp, ncol, 0.0f, yt, ncol);
-      c.src = yt;                             /* (O, nb, HoWo) -> (nb, O, HoWo), + bias */
-      gl_parallel_for((size_t)nb * g.O, hwo, from_channel_major_range, &c);
-    }
-    gl_scratch_free(col, K * (size_t)nbmax * hwo);
-    gl_scratch_free(yt, (size_t)g.O * nbmax * hwo);
+    conv_fwd_ctx c = {&g, x->data, w->data, bias ? bias->data : NULL, y, col, yt, ncolf, nytf,
+                      nbmax};
+    if (side) gl_parallel_blas((size_t)nchunks, 2 * (size_t)g.O * nbmax * hwo * K, conv_chunks_range, &c);
+    else conv_chunks_range(&c, 0, (size_t)nchunks, 0);
+    gl_scratch_free(col, ncolf * slots);
+    gl_scratch_free(yt, nytf * slots);
   }
   gl_tensor *in[3] = {x, w, bias};
   gl_node *n = gl_record(&op_conv2d, 3, in, 1, out);
