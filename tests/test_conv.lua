@@ -1,4 +1,4 @@
--- tests/test_conv.lua -- the conv, pooling and normalisation ops (engine/ops_conv.c,
+-- tests/test_conv.lua -- the conv, pooling and normalisation ops (engine/ops_conv.c, ops_pool.c,
 -- engine/ops_norm.c, bindings/l_nn.c).
 --
 -- The im2col convolution is held against the direct-loop oracle (outputs and every
