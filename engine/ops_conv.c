@@ -31,6 +31,9 @@
 /* floats of columns (or transposed output) one chunk of small images may use: 1 MB, about
  * an L2 cache, so im2col's output is still there when sgemm reads it */
 #define CONV_CHUNK_FLOATS ((size_t)1 << 18)
+/* forward: an image whose columns exceed this many floats (4 MB) is done in bands of output
+ * rows (conv_chunks_range) */
+#define CONV_BAND_FLOATS ((size_t)1 << 20)
 /* output pixels from which an image is a chunk of its own (see chunk_images) */
 #define CONV_WIDE_IMAGE 256
 
@@ -66,6 +69,7 @@ typedef struct {
   const float *x;   /* im2col: the images; col2im: the columns */
   float *y;         /* im2col: the columns; col2im: dx */
   int nb;
+  int oy0, oy1;     /* im2col: the output rows whose columns are made (all: 0, Ho) */
 } cols_ctx;
 
 /* rows [lo, hi) of the column matrix, row r = (c * kh + i) * kw + j */
@@ -75,7 +79,8 @@ static void im2col_range(void *ctx, size_t first, size_t last, int slot) {
   const conv_geom *g = k->g;
   const float *x = k->x;
   int nb = k->nb;
-  size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)nb * hwo, plane = (size_t)g->H * g->W;
+  size_t hwo = (size_t)(k->oy1 - k->oy0) * g->Wo, ncol = (size_t)nb * hwo;
+  size_t plane = (size_t)g->H * g->W;
   for (size_t q = first; q < last; q++) {
     int j = (int)(q % (size_t)g->kw), i = (int)(q / (size_t)g->kw % (size_t)g->kh);
     int c = (int)(q / ((size_t)g->kw * g->kh));
@@ -87,7 +92,7 @@ static void im2col_range(void *ctx, size_t first, size_t last, int slot) {
     for (int bi = 0; bi < nb; bi++) {
       const float *xp = x + ((size_t)bi * g->C + c) * plane;
       float *r = row + bi * hwo;
-      for (int oy = 0; oy < g->Ho; oy++, r += g->Wo) {
+      for (int oy = k->oy0; oy < k->oy1; oy++, r += g->Wo) {
         int iy = oy * g->sh - g->ph + i;
         if (iy < 0 || iy >= g->H) {
           memset(r, 0, sizeof(float) * (size_t)g->Wo);
@@ -103,10 +108,15 @@ static void im2col_range(void *ctx, size_t first, size_t last, int slot) {
   }
 }
 
-static void im2col(const float *x, int nb, const conv_geom *g, float *col) {
+/* the columns of output rows [oy0, oy1) of nb images: col (K, nb * (oy1 - oy0) * Wo) */
+static void im2col_rows(const float *x, int nb, const conv_geom *g, int oy0, int oy1, float *col) {
   size_t K = (size_t)g->C * g->kh * g->kw;
-  cols_ctx c = {g, x, col, nb};
-  gl_parallel_for(K, (size_t)nb * g->Ho * g->Wo, im2col_range, &c);
+  cols_ctx c = {g, x, col, nb, oy0, oy1};
+  gl_parallel_for(K, (size_t)nb * (size_t)(oy1 - oy0) * g->Wo, im2col_range, &c);
+}
+
+static void im2col(const float *x, int nb, const conv_geom *g, float *col) {
+  im2col_rows(x, nb, g, 0, g->Ho, col);
 }
 
 /* the adjoint of im2col: dx[image, c, iy, ix] += every column entry that copied it */
@@ -140,7 +150,7 @@ static void col2im_range(void *ctx, size_t first, size_t last, int slot) {
 }
 
 static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) {
-  cols_ctx c = {g, col, dx, nb};
+  cols_ctx c = {g, col, dx, nb, 0, g->Ho};
   gl_parallel_for((size_t)g->C, (size_t)g->kh * g->kw * nb * g->Ho * g->Wo, col2im_range, &c);
 }
 
@@ -615,10 +625,25 @@ static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
     int b0 = (int)ch * k->nbmax;
     int nb = g->B - b0 < k->nbmax ? g->B - b0 : k->nbmax;
     int ncol = nb * (int)hwo;
+    chan_ctx c = {g, NULL, k->bias, k->y, b0, nb, 0};
+    if (nb == 1 && !is_pointwise(g) && K * hwo > CONV_BAND_FLOATS) {
+      /* a large image: its columns in bands of output rows that stay in cache between
+       * im2col and the product (one image's columns can be 100 MB: VGG's first layers) */
+      float *yb = k->y + (size_t)b0 * g->O * hwo;
+      int rows = (int)(CONV_BAND_FLOATS / (K * (size_t)g->Wo));
+      if (rows < 1) rows = 1;
+      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
+      for (int oy0 = 0; oy0 < g->Ho; oy0 += rows) {
+        int oy1 = oy0 + rows < g->Ho ? oy0 + rows : g->Ho, n = (oy1 - oy0) * g->Wo;
+        im2col_rows(k->x + b0 * xim, 1, g, oy0, oy1, col);
+        gl_sgemm(0, 0, g->O, n, (int)K, 1.0f, k->w, (int)K, col, n, 1.0f,
+                 yb + (size_t)oy0 * g->Wo, (int)hwo);
+      }
+      continue;
+    }
     const float *cp = col;
     if (nb == 1 && is_pointwise(g)) cp = k->x + b0 * xim;   /* no copy needed */
     else im2col(k->x + b0 * xim, nb, g, col);
-    chan_ctx c = {g, NULL, k->bias, k->y, b0, nb, 0};
     if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
       float *yb = k->y + (size_t)b0 * g->O * hwo;
       gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */

@@ -108,6 +108,18 @@ function T.test_conv2d_per_image_and_chunked_paths_match_direct_loops()
   end
 end
 
+function T.test_conv2d_large_image_in_bands_matches_direct_loops()
+  -- an image whose columns pass 2^20 floats (here 16*5*5 rows x 60*57 columns) is done in
+  -- bands of output rows (forward), odd band ends included
+  glimpse.manual_seed(13)
+  local x, w, b = glimpse.randn(2, 16, 61, 57), glimpse.randn(6, 16, 5, 5), glimpse.randn(6)
+  local opts = {padding = {1, 2}}
+  local y1 = glimpse.no_grad(function() return glimpse.conv2d(x, w, b, opts) end)
+  local y2 = glimpse.no_grad(function() return glimpse._conv2d_naive(x, w, b, opts) end)
+  lu.assertEquals(y1:size(), {2, 6, 59, 57})
+  assert_close(y1, y2, ORACLE_RTOL, "banded output")
+end
+
 -- 3x3 stride-1 convolutions with 16 or more channels in and out go through Winograd
 -- F(2x2, 3x3) (forward and input gradient); odd output sizes leave half-empty edge tiles,
 -- padding 0..2 covers every adjoint padding (2 - p).
