@@ -201,18 +201,16 @@ static int conv_check(const char *op, const gl_tensor *x, const gl_tensor *w,
  * turned 180 degrees, channels swapped, padding 2 - p.  The weight gradient keeps im2col. */
 
 #define WINO_MIN_CHANNELS 16                    /* thinner products do not pay */
-#define WINO_CHUNK_FLOATS ((size_t)1 << 21)     /* V and M of a chunk of images: 8 MB */
+#define WINO_CHUNK_FLOATS ((size_t)1 << 21)     /* V and M of a chunk: 8 MB (bigger images: bands) */
 /* V and M hold 16 planes each; their sizes are often powers of two, so planes lying end to
  * end would map the 16 values of one tile to one cache set: each plane is padded by a cache
  * line (U is laid out row by row instead: see wino_weights) */
 #define WINO_PAD ((size_t)16)
-#define WINO_MAX_IMAGE_FLOATS ((size_t)1 << 23) /* bigger images stay with im2col */
 
 /* a Ci -> Co channel convolution to an Ho x Wo output with padding ph, pw */
 static int wino_fits(int ci, int co, int Ho, int Wo, int ph, int pw) {
-  size_t tiles = (size_t)((Ho + 1) / 2) * (size_t)((Wo + 1) / 2);
   return ci >= WINO_MIN_CHANNELS && co >= WINO_MIN_CHANNELS && ph <= 2 && pw <= 2 && Ho > 0 &&
-         Wo > 0 && 16 * (size_t)(ci + co) * tiles <= WINO_MAX_IMAGE_FLOATS;
+         Wo > 0;
 }
 
 static int is_3x3_s1(const conv_geom *g) {
@@ -321,33 +319,36 @@ static void wino_a(int tiles, const float *restrict s0, const float *restrict s1
   }
 }
 
-/* One channel plane xc (H,W) -> its tiles' B^T d B: v[k * kstride + tile], tiles row-major
- * (tH x tW).  P: the padded plane (2 tH + 2) x (2 tW + 2), zero outside the image part, which
+/* One channel plane xc (H,W) -> the B^T d B of its tiles in tile rows [ty0, ty1):
+ * v[k * kstride + tile], tiles row-major (the plane has tH x tW).  P: the padded plane (2 tH + 2) x (2 tW + 2), zero outside the image part, which
  * is overwritten here; S: scratch of 4 (2 tW + 2) floats.  Every loop runs along a row (over
  * columns or tiles) so it vectorises. */
-static void wino_input(const float *xc, int H, int W, int ph, int pw, int tH, int tW,
-                       float *P, float *S, float *v, size_t kstride) {
+static void wino_input(const float *xc, int H, int W, int ph, int pw, int tH, int tW, int ty0,
+                       int ty1, float *P, float *S, float *v, size_t kstride) {
   int Hp = 2 * tH + 2, Wp = 2 * tW + 2;
   int ia = ph, ib = H + ph < Hp ? H + ph : Hp, ja = pw, jb = W + pw < Wp ? W + pw : Wp;
+  if (ia < 2 * ty0) ia = 2 * ty0;              /* only the rows the band's tiles read */
+  if (ib > 2 * ty1 + 2) ib = 2 * ty1 + 2;
   for (int i = ia; i < ib && jb > ja; i++)
     memcpy(P + (size_t)i * Wp + ja, xc + (size_t)(i - ph) * W, sizeof(float) * (size_t)(jb - ja));
-  for (int ty = 0; ty < tH; ty++) {
+  for (int ty = ty0; ty < ty1; ty++) {
     const float *r0 = P + (size_t)(2 * ty) * Wp;
     wino_bt(Wp, r0, r0 + Wp, r0 + 2 * Wp, r0 + 3 * Wp, S, S + Wp, S + 2 * Wp, S + 3 * Wp);
     for (int p = 0; p < 4; p++) {
-      float *v0 = v + (size_t)(4 * p) * kstride + (size_t)ty * tW;
+      float *v0 = v + (size_t)(4 * p) * kstride + (size_t)(ty - ty0) * tW;
       wino_b(tW, S + (size_t)p * Wp, v0, v0 + kstride, v0 + 2 * kstride, v0 + 3 * kstride);
     }
   }
 }
 
-/* One output channel: m[k * kstride + tile] -> A^T m A into yo (Ho,Wo): yo = bo + result,
+/* One output channel, tile rows [ty0, ty1): m[k * kstride + tile] -> A^T m A into yo (Ho,Wo)
+ * (output rows 2 ty0 .. 2 ty1 - 1): yo = bo + result,
  * or yo += result when add.  S: scratch of 12 tW floats. */
-static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int tH, int tW,
-                        float bo, int add, float *S, float *yo) {
+static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int ty0, int ty1,
+                        int tW, float bo, int add, float *S, float *yo) {
   float *o0 = S, *o1 = S + 2 * tW, *s0 = S + 4 * (size_t)tW, *s1 = S + 8 * (size_t)tW;
-  for (int ty = 0; ty < tH; ty++) {
-    const float *mt = m + (size_t)ty * tW;
+  for (int ty = ty0; ty < ty1; ty++) {
+    const float *mt = m + (size_t)(ty - ty0) * tW;
     for (int q = 0; q < 4; q++) {    /* A^T m: s0[q], s1[q] are rows of tW */
       const float *m0 = mt + (size_t)q * kstride;
       wino_at(tW, m0, m0 + 4 * kstride, m0 + 8 * kstride, m0 + 12 * kstride,
@@ -373,8 +374,9 @@ typedef struct {
   const float *x, *U, *bias;
   float *y, *V, *M, *P, *R;
   int Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add;
-  size_t T, N, b0, nP, nR;
+  size_t T, N, b0, nP, nR;   /* T: an image's tiles in this band */
   size_t vs, ms;   /* plane strides of V and M (padded: WINO_PAD) */
+  int ty0, ty1;    /* the band of tile rows */
 } wino_ctx;
 
 static void wino_input_range(void *ctx, size_t lo, size_t hi, int slot) {
@@ -384,7 +386,8 @@ static void wino_input_range(void *ctx, size_t lo, size_t hi, int slot) {
     size_t bi = q / (size_t)k->Ci;
     int c = (int)(q % (size_t)k->Ci);
     wino_input(k->x + (k->b0 + bi) * xim + (size_t)c * k->H * k->W, k->H, k->W, k->ph, k->pw,
-               k->tH, k->tW, k->P + (size_t)slot * k->nP, k->R + (size_t)slot * k->nR,
+               k->tH, k->tW, k->ty0, k->ty1, k->P + (size_t)slot * k->nP,
+               k->R + (size_t)slot * k->nR,
                k->V + (size_t)c * k->N + bi * k->T, k->vs);
   }
 }
@@ -404,7 +407,7 @@ static void wino_output_range(void *ctx, size_t lo, size_t hi, int slot) {
   for (size_t q = lo; q < hi; q++) {
     size_t bi = q / (size_t)k->Co;
     int o = (int)(q % (size_t)k->Co);
-    wino_output(k->M + (size_t)o * k->N + bi * k->T, k->ms, k->Ho, k->Wo, k->tH,
+    wino_output(k->M + (size_t)o * k->N + bi * k->T, k->ms, k->Ho, k->Wo, k->ty0, k->ty1,
                 k->tW, k->bias ? k->bias[o] : 0.0f, k->add, k->R + (size_t)slot * k->nR,
                 k->y + (k->b0 + bi) * yim + (size_t)o * k->Ho * k->Wo);
   }
@@ -418,11 +421,18 @@ static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, in
   int Ho = H + 2 * ph - 2, Wo = W + 2 * pw - 2;
   int tH = (Ho + 1) / 2, tW = (Wo + 1) / 2;
   size_t T = (size_t)tH * tW, per = 16 * (size_t)(Ci + Co) * T;
-  size_t nbmax = WINO_CHUNK_FLOATS / per;
+  /* an image too big for one chunk goes in bands of tile rows, one image at a time */
+  int band = tH;
+  if (per > WINO_CHUNK_FLOATS) {
+    band = (int)(WINO_CHUNK_FLOATS / (16 * (size_t)(Ci + Co) * tW));
+    if (band < 1) band = 1;
+  }
+  size_t Tb = (size_t)band * tW;
+  size_t nbmax = band < tH ? 1 : WINO_CHUNK_FLOATS / per;
   if (nbmax < 1) nbmax = 1;
   if (nbmax > (size_t)B) nbmax = (size_t)B;
   size_t slots = (size_t)gl_parallel_slots();
-  size_t nV = 16 * ((size_t)Ci * T * nbmax + WINO_PAD), nM = 16 * ((size_t)Co * T * nbmax + WINO_PAD);
+  size_t nV = 16 * ((size_t)Ci * Tb * nbmax + WINO_PAD), nM = 16 * ((size_t)Co * Tb * nbmax + WINO_PAD);
   size_t nP = (size_t)(2 * tH + 2) * (2 * tW + 2), nR = 12 * (size_t)tW + 8;
   float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR * slots);
   float *P = gl_scratch_alloc(nP * slots);
@@ -435,18 +445,23 @@ static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, in
   }
   memset(P, 0, sizeof(float) * nP * slots);   /* the padding; wino_input rewrites only the image part */
   wino_ctx k = {x, U, bias, y, V, M, P, R, Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add,
-                T, 0, 0, nP, nR, 0, 0};
-  for (size_t b0 = 0; b0 < (size_t)B; b0 += nbmax) {
-    size_t nb = (size_t)B - b0 < nbmax ? (size_t)B - b0 : nbmax, N = nb * T;
-    k.b0 = b0;
-    k.N = N;
-    k.vs = (size_t)Ci * N + WINO_PAD;
-    k.ms = (size_t)Co * N + WINO_PAD;
-    gl_parallel_for(nb * (size_t)Ci, 16 * T, wino_input_range, &k);
-    if (gl_sgemm_threaded(Co, (int)N, Ci)) wino_gemm_range(&k, 0, 16, 0);
-    else gl_parallel_blas(16, 2 * (size_t)Co * N * Ci, wino_gemm_range, &k);
-    gl_parallel_for(nb * (size_t)Co, 12 * T, wino_output_range, &k);
-  }
+                T, 0, 0, nP, nR, 0, 0, 0, tH};
+  for (size_t b0 = 0; b0 < (size_t)B; b0 += nbmax)
+    for (int ty0 = 0; ty0 < tH; ty0 += band) {
+      size_t nb = (size_t)B - b0 < nbmax ? (size_t)B - b0 : nbmax;
+      k.ty0 = ty0;
+      k.ty1 = ty0 + band < tH ? ty0 + band : tH;
+      k.T = (size_t)(k.ty1 - ty0) * tW;
+      size_t N = nb * k.T;
+      k.b0 = b0;
+      k.N = N;
+      k.vs = (size_t)Ci * N + WINO_PAD;
+      k.ms = (size_t)Co * N + WINO_PAD;
+      gl_parallel_for(nb * (size_t)Ci, 16 * k.T, wino_input_range, &k);
+      if (gl_sgemm_threaded(Co, (int)N, Ci)) wino_gemm_range(&k, 0, 16, 0);
+      else gl_parallel_blas(16, 2 * (size_t)Co * N * Ci, wino_gemm_range, &k);
+      gl_parallel_for(nb * (size_t)Co, 12 * k.T, wino_output_range, &k);
+    }
   gl_scratch_free(V, nV);
   gl_scratch_free(M, nM);
   gl_scratch_free(R, nR * slots);

@@ -178,13 +178,15 @@ function T.test_convolution_and_pooling_same_on_1_and_2_threads()
     local ys = glimpse.conv2d(x, w3, b, {stride = 2})                -- im2col, 3x3 stride 2
     local xl = glimpse.randn(1, 16, 70, 66)                           -- columns in bands
     local yl = glimpse.no_grad(function() return glimpse.conv2d(xl, w7, nil, {padding = 3}) end)
+    local xw, ww = glimpse.randn(1, 16, 131, 129), glimpse.randn(16, 16, 3, 3)  -- Winograd bands
+    local yw = glimpse.no_grad(function() return glimpse.conv2d(xw, ww, nil, {padding = 1}) end)
     local r = {}
     for _, y in ipairs({y3, y1, y7, ys}) do
       local wt = glimpse.randn(table.unpack(y:size()))
       r[#r + 1] = (y * wt):sum()
     end
     ;(r[1] + r[2] + r[3] + r[4]):backward()
-    return {y3:detach(), y1:detach(), y7:detach(), ys:detach(), yl, x.grad, w3.grad, w1.grad,
+    return {y3:detach(), y1:detach(), y7:detach(), ys:detach(), yl, yw, x.grad, w3.grad, w1.grad,
             w7.grad, b.grad}
   end)
   same_bits("max and average pooling", function()
