@@ -7,7 +7,9 @@
 -- The first glimpse run saves its seeded initial weights and inputs to a temporary
 -- safetensors file that the PyTorch side loads, so both first-step losses come from the same
 -- numbers; they must agree to LOSS_RTOL.  Each side reports JSON lines; the best ms/step over
--- the rounds is kept (PyTorch's is already its best over 1 and 2 threads), peak resident
+-- the rounds is kept (PyTorch's is already its best over 1 and 2 threads; glimpse runs on
+-- its default, every core, and W2 and W5 once more on one thread each round, for the speed-up
+-- the thread pool gives), peak resident
 -- memory (VmHWM) is the largest seen.  Both sides also report the CPU time (all threads) of
 -- their timed steps; its ratio ("cpu ratio", from the same runs as the best wall times) is
 -- the steadier number on a machine other work is loading.  The load average before and
@@ -86,6 +88,7 @@ local WORKLOADS = {
   {name = "W1", what = "seq2seq BiLSTM+additive attention, B64 T20", steps = {10, 3},
    flops = 3 * (2 * (2 * 64 * 20 * (64 + 128) * 512) + fl_decoder(64, 20, 20, 64, 256, 256, 256, 32))},
   {name = "W2", what = "CNN captioner 64x64, 8x8 grid attention, B32 T8", steps = {10, 3},
+   threads1 = true,
    flops = 3 * (2 * 32 * 9 * (64 * 64 * 32 * 1 + 32 * 32 * 64 * 32 + 16 * 16 * 128 * 64)
                 + fl_decoder(32, 8, 64, 64, 128, 256, 256, 32))},
   {name = "W3", what = "pointer network N10, B128", steps = {20, 5},
@@ -95,10 +98,10 @@ local WORKLOADS = {
    flops = 3 * (2 * 32 * 64 * 256 * 768 + 2 * 2 * 32 * 64 * 64 * 256 + 2 * 32 * 64 * 256 * 256)},
   {name = "W5-vgg16", what = "VGG-16 features to the 14x14 grid, B8 224x224, inference",
    steps = {2, 1}, rounds = 1, flops = 8 * conv_flops_vgg16(), check = "output",
-   rtol = OUT_RTOL},
+   rtol = OUT_RTOL, threads1 = true},
   {name = "W5-resnet18", what = "ResNet-18 trunk to the 7x7 grid, B8 224x224, inference",
    steps = {3, 1}, rounds = 1, flops = 8 * conv_flops_resnet18(), check = "output",
-   rtol = OUT_RTOL},
+   rtol = OUT_RTOL, threads1 = true},
   {name = "W6", what = "scenes captioner, 64 images, beam 3 (captions/s)", steps = {2, 1},
    rounds = 2, check = "greedy", rtol = 0},
   {name = "S1", what = "sgemm 512x512x512", steps = {200, 50}, flops = 2 * 512 ^ 3},
@@ -285,6 +288,14 @@ for _, w in ipairs(WORKLOADS) do
       end
       r.glimpse_vmhwm_kb = math.max(r.glimpse_vmhwm_kb or 0, g.vmhwm_kb or 0)
       r.glimpse_threads, r.items = g.threads, g.items
+      if w.threads1 and g.threads > 1 then   -- the same work on one thread: what the pool gains
+        local g1, err1 = run_json(gcmd:gsub(" %-%-save .*$", "") .. " --threads 1")
+        if g1 and (not r.glimpse_ms_1thread or g1.ms_per_step < r.glimpse_ms_1thread) then
+          r.glimpse_ms_1thread = g1.ms_per_step
+        elseif not g1 then
+          r.threads1_error = err1
+        end
+      end
       for _, tc in ipairs(TORCH_CONFIGS) do
         local tcmd = string.format("env %s %s bench/torch_workloads.py %s %d %s", tc.env, PYTHON,
                                    w.name, steps, wfile)
@@ -326,6 +337,9 @@ for _, w in ipairs(WORKLOADS) do
     end
     os.remove(wfile)
     if r.glimpse_ms and r.torch_ms then r.ratio = r.glimpse_ms / r.torch_ms end
+    if r.glimpse_ms and r.glimpse_ms_1thread then
+      r.thread_speedup = r.glimpse_ms_1thread / r.glimpse_ms
+    end
     if r.items then        -- W6: captions per second
       r.glimpse_per_s = r.glimpse_ms and r.items * 1000 / r.glimpse_ms
       r.torch_per_s = r.torch_ms and r.items * 1000 / r.torch_ms
@@ -378,6 +392,11 @@ for _, r in ipairs(results) do
   if r.glimpse_per_s then
     print(string.format("%s: glimpse %.1f captions/s, PyTorch %s captions/s", r.workload,
                         r.glimpse_per_s, f("%.1f", r.torch_per_s)))
+  end
+  if r.thread_speedup then
+    print(string.format("%s: glimpse on 1 thread %.2f ms, on %d threads %.2f ms: %.2fx",
+                        r.workload, r.glimpse_ms_1thread, r.glimpse_threads, r.glimpse_ms,
+                        r.thread_speedup))
   end
 end
 if profile then

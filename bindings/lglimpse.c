@@ -689,13 +689,13 @@ static int l_set_num_threads(lua_State *L) {
   int n = lg_checkint(L, 1);
   if (n < 1) luaL_argerror(L, 1, "thread count must be >= 1");
   LG_TRY(L, "set_num_threads", gl_blas_init());
-  gl_blas_set_threads(n);
+  gl_set_threads(n);   /* the engine's loops and OpenBLAS alike */
   return 0;
 }
 
 static int l_get_num_threads(lua_State *L) {
   LG_TRY(L, "get_num_threads", gl_blas_init());
-  lua_pushinteger(L, gl_blas_threads());
+  lua_pushinteger(L, gl_threads());
   return 1;
 }
 

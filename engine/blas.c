@@ -8,16 +8,15 @@
  * library.  This works the same in the `glimpse` executable and in a stock `lua5.4` that
  * loads the module with require.
  *
- * Threads: gl_blas_set_threads(n) sets the most threads a product may use (OpenBLAS's own
- * default, the number of cores, until then), and each product asks for them only when it is
- * big enough (M*N*K >= GL_SGEMM_MT_MNK, about 0.7 ms of one core's work).  Smaller
- * products, which are most of a recurrent or attention step (64 x 1024 x 320, say), run on
- * one thread: OpenBLAS would split anything above 256K multiply-adds, and on a small shared
- * machine the split costs more than it gains, since the second core is often busy and the
- * calling thread then waits for its worker.  Measured on the 2-core development machine
- * with other work running (load 2 to 5): products of 4M to 42M multiply-adds ran no faster
- * on 2 threads than on 1 (165-195 GFLOP/s either way); ones of 84M and 134M ran twice as
- * fast on 2 when the second core was free, and slower when it was not.
+ * Threads: gl_set_threads(n) (parallel.c, the one setting) caps the threads a product may
+ * use (the number of CPUs, or GLIMPSE_THREADS, until then).  A product asks OpenBLAS for them
+ * only when it is big enough (M*N*K >= GL_SGEMM_MT_MNK, about 0.7 ms of one core's work).
+ * Below that, OpenBLAS's split was measured to cost more than it gained on a small shared
+ * machine (the calling thread waits for a worker the OS is slow to run: products of 4M to
+ * 42M multiply-adds ran no faster on 2 threads than on 1 at load 2 to 5, ones of 84M and
+ * 134M twice as fast when the second core was free).  Mid-size products (GL_SGEMM_POOL_MNK
+ * and up) are cut into blocks on the engine's own pool instead, whose calling thread takes
+ * blocks too, so a late worker costs only its share; smaller ones run on the calling thread.
  *
  * An OPENBLAS_CORETYPE already naming an AVX2-or-older core (environments often pin
  * "Haswell" as a safe default for CPUs OpenBLAS misdetects) is upgraded too, since on an
@@ -27,6 +26,9 @@
 #define _GNU_SOURCE
 #include "glimpse.h"
 #include "blas_profile.h"
+#include "parallel.h"
+
+#include <pthread.h>
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -45,7 +47,7 @@ static int (*p_get_threads)(void);
 static char *(*p_corename)(void);
 static char *(*p_config)(void);
 static int loaded;          /* 0 not tried, 1 ok, -1 failed */
-static int max_threads = 1; /* what gl_blas_set_threads asked for (OpenBLAS's default at load) */
+static int max_threads = 1; /* what gl_set_threads asked for (parallel.c; the CPUs at load) */
 static int cur_threads = 1; /* what OpenBLAS is set to now */
 
 /* products with at least this many multiply-adds may use every thread (see the top) */
@@ -115,9 +117,10 @@ int gl_blas_init(void) {
     loaded = -1;
     return gl_fail(GL_EIO, "%s", load_error);
   }
-  max_threads = cur_threads = p_get_threads ? p_get_threads() : 1;
-  if (max_threads < 1) max_threads = cur_threads = 1;
+  cur_threads = p_get_threads ? p_get_threads() : 1;
+  if (cur_threads < 1) cur_threads = 1;
   loaded = 1;
+  max_threads = gl_threads();   /* the one setting (parallel.c): GLIMPSE_THREADS or the CPUs */
   return GL_OK;
 }
 
@@ -143,8 +146,29 @@ void gl_blas_set_threads(int n) {
   max_threads = n < 1 ? 1 : n;
 }
 
-/* point OpenBLAS at the thread count this product deserves (a store when nothing changes) */
+/* Inside gl_parallel_blas every pool thread runs its own products on one OpenBLAS thread:
+ * the caller pins OpenBLAS to one thread before the loop and restores the cap after. */
+int gl_blas_pin_serial(void) {
+  int prev = max_threads;
+  if (gl_blas_init()) return prev;
+  max_threads = 1;
+  if (cur_threads != 1 && p_set_threads) {
+    p_set_threads(1);
+    cur_threads = 1;
+  }
+  return prev;
+}
+
+void gl_blas_unpin(int prev) { max_threads = prev; }
+
+int gl_sgemm_threaded(int M, int N, int K) {
+  return max_threads > 1 && (double)M * N * K >= GL_SGEMM_MT_MNK;
+}
+
+/* point OpenBLAS at the thread count this product deserves (a store when nothing changes);
+ * never from a pool thread: there OpenBLAS is already pinned to one (gl_blas_pin_serial) */
 static void threads_for(int M, int N, int K) {
+  if (gl_parallel_inside()) return;
   int want = max_threads > 1 && (double)M * N * K >= GL_SGEMM_MT_MNK ? max_threads : 1;
   if (want != cur_threads && p_set_threads) {
     p_set_threads(want);
@@ -171,6 +195,46 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Products between GL_SGEMM_POOL_MNK and GL_SGEMM_MT_MNK multiply-adds (an LSTM step's
+ * 64 x 1024 x 320, a convolution's weight gradient) are too small for OpenBLAS's threads to
+ * pay but big enough for the pool's: C is cut along its longer side into blocks of at least
+ * SPLIT_MIN rows or columns, one OpenBLAS call (on one thread) per block.  OpenBLAS's own
+ * threading cuts C the same way and never along K, and each element's sum runs over K in the
+ * same order whatever block holds it, so the result is the same bits as one call. */
+#define GL_SGEMM_POOL_MNK ((double)(1 << 21))
+#define SPLIT_MIN 32
+
+typedef struct {
+  int ta, tb, M, N, K;
+  float alpha, beta;
+  const float *A;
+  int lda;
+  const float *B;
+  int ldb;
+  float *C;
+  int ldc, split_n, blocks;
+} split_ctx;
+
+static void split_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const split_ctx *c = ctx;
+  int len = c->split_n ? c->N : c->M;
+  for (size_t b = lo; b < hi; b++) {
+    int a0 = (int)((long long)len * (long long)b / c->blocks) & ~15;
+    int a1 = b + 1 == (size_t)c->blocks ? len : (int)((long long)len * (long long)(b + 1) / c->blocks) & ~15;
+    if (a1 <= a0) continue;
+    if (c->split_n) {   /* columns a0..a1 of C: of op(B) too */
+      const float *Bb = c->tb ? c->B + (size_t)a0 * c->ldb : c->B + a0;
+      p_sgemm(RowMajor, c->ta ? Trans : NoTrans, c->tb ? Trans : NoTrans, c->M, a1 - a0, c->K,
+              c->alpha, c->A, c->lda, Bb, c->ldb, c->beta, c->C + a0, c->ldc);
+    } else {            /* rows a0..a1 of C: of op(A) too */
+      const float *Ab = c->ta ? c->A + a0 : c->A + (size_t)a0 * c->lda;
+      p_sgemm(RowMajor, c->ta ? Trans : NoTrans, c->tb ? Trans : NoTrans, a1 - a0, c->N, c->K,
+              c->alpha, Ab, c->lda, c->B, c->ldb, c->beta, c->C + (size_t)a0 * c->ldc, c->ldc);
+    }
+  }
+}
+
 /* callers have run gl_blas_init() (the matmul ops do, and report its failure) */
 void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
@@ -182,19 +246,55 @@ void gl_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
   }
   threads_for(M, N, K);
   double t0 = prof_on ? now_s() : 0;
-  p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B, ldb,
-          beta, C, ldc);
-  if (prof_on) {
+  double mnk = (double)M * N * K;
+  if (max_threads > 1 && mnk >= GL_SGEMM_POOL_MNK && mnk < GL_SGEMM_MT_MNK &&
+      (M >= 2 * SPLIT_MIN || N >= 2 * SPLIT_MIN) && !gl_parallel_inside()) {
+    /* split along the longer side of C into blocks for the pool's threads */
+    int split_n = N >= M, len = split_n ? N : M;
+    int blocks = len / SPLIT_MIN < 2 * max_threads ? len / SPLIT_MIN : 2 * max_threads;
+    split_ctx c = {ta, tb, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc, split_n, blocks};
+    gl_parallel_blas((size_t)blocks, (size_t)(2 * mnk / blocks), split_range, &c);
+  } else {
+    p_sgemm(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, alpha, A, lda, B,
+            ldb, beta, C, ldc);
+  }
+  if (prof_on) {   /* products may run on several pool threads at once (gl_parallel_blas) */
+    static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&prof_mu);
     prof.seconds += now_s() - t0;
     prof.calls++;
     prof.flops += 2.0 * M * N * K;
+    pthread_mutex_unlock(&prof_mu);
   }
 }
 
+typedef struct {
+  int ta, tb, M, N, K;
+  float alpha, beta;
+  const float *A, *B;
+  size_t sA, sB, sC;
+  float *C;
+} batched_ctx;
+
+static void batched_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const batched_ctx *x = c;
+  int lda = x->ta ? x->M : x->K, ldb = x->tb ? x->K : x->N;
+  for (size_t b = lo; b < hi; b++)
+    gl_sgemm(x->ta, x->tb, x->M, x->N, x->K, x->alpha, x->A + b * x->sA, lda, x->B + b * x->sB,
+             ldb, x->beta, x->C + b * x->sC, x->N);
+}
+
+/* Products too small for OpenBLAS's threads (multi-head attention's per-head products) run
+ * side by side on the pool instead, each on one OpenBLAS thread (parallel.h); a product is
+ * computed the same way either way, so the result does not depend on the thread count. */
 void gl_sgemm_batched(int ta, int tb, int batch, int M, int N, int K, float alpha,
                       const float *A, size_t sA, const float *B, size_t sB, float beta,
                       float *C, size_t sC) {
-  int lda = ta ? M : K, ldb = tb ? K : N;
-  for (int b = 0; b < batch; b++)
-    gl_sgemm(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, N);
+  batched_ctx c = {ta, tb, M, N, K, alpha, beta, A, B, sA, sB, sC, C};
+  if (batch < 2 || (double)M * N * K >= GL_SGEMM_MT_MNK) {
+    batched_range(&c, 0, (size_t)(batch > 0 ? batch : 0), 0);
+    return;
+  }
+  gl_parallel_blas((size_t)batch, 2 * (size_t)M * N * (K ? K : 1), batched_range, &c);
 }

@@ -200,6 +200,11 @@ const char *gl_blas_config(void);
 const char *gl_blas_note(void);
 int gl_blas_threads(void);
 void gl_blas_set_threads(int n);
+/* The one thread setting (engine/parallel.c): gl_set_threads(n) gives the engine's own loops
+ * and OpenBLAS n threads each (they never run at once).  Starts at GLIMPSE_THREADS, else the
+ * number of online CPUs. */
+int gl_threads(void);
+void gl_set_threads(int n);
 /* C = alpha * op(A) op(B) + beta * C, row-major, the cblas_sgemm contract. */
 void gl_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc);

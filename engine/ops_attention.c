@@ -26,8 +26,12 @@
  *
  * The multi-head core, gl_attn_mh_probs, computes softmax(scale Q K^T + masks) for all heads
  * and batch items with one batched sgemm forward and two backward.
+ *
+ * Threads: the tails, the additive scores and their gradients run on the pool (parallel.h)
+ * by batch rows b; the one sum over all rows (the additive score's gv) stays on one thread.
  */
 #include "glimpse_internal.h"
+#include "parallel.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -124,11 +128,20 @@ static void softmax_row(const float *in, float *out, int n, int lim, const float
 }
 
 /* e (B,L) -> p (and s, the sigmoids, when the normaliser is "sigmoid"), alpha, ctx */
-static void tail_forward(const tail_geom *g, const float *e, const float *mask,
-                         const float *prior, const float *values, float *p, float *s,
-                         float *alpha, float *ctx) {
+typedef struct {
+  const tail_geom *g;
+  const float *e, *mask, *prior, *values;
+  float *p, *s, *alpha, *ctx;
+} tail_fwd_ctx;
+
+static void tail_forward_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const tail_fwd_ctx *k = c;
+  const tail_geom *g = k->g;
+  const float *e = k->e, *mask = k->mask, *prior = k->prior, *values = k->values;
+  float *p = k->p, *s = k->s, *alpha = k->alpha, *ctx = k->ctx;
   int L = g->L, Dv = g->Dv;
-  for (int b = 0; b < g->B; b++) {
+  for (int b = (int)lo; b < (int)hi; b++) {
     const float *eb = e + (size_t)b * L, *mb = mask ? mask + (size_t)b * L : NULL;
     float *pb = p + (size_t)b * L;
     if (g->norm == GL_ATTN_SOFTMAX) {
@@ -165,6 +178,13 @@ static void tail_forward(const tail_geom *g, const float *e, const float *mask,
   }
 }
 
+static void tail_forward(const tail_geom *g, const float *e, const float *mask,
+                         const float *prior, const float *values, float *p, float *s,
+                         float *alpha, float *ctx) {
+  tail_fwd_ctx c = {g, e, mask, prior, values, p, s, alpha, ctx};
+  gl_parallel_for((size_t)g->B, (size_t)g->L * (2 * (size_t)g->Dv + 16), tail_forward_range, &c);
+}
+
 /* The tail's backward.  Restating the forward:
  *   ctx_bd = sum_l alpha_bl V_bld,  alpha = p * prior,  p = normalise(e / T)
  * derivatives:
@@ -174,11 +194,21 @@ static void tail_forward(const tail_geom *g, const float *e, const float *mask,
  *   softmax: ge_bl = p_bl (gp_bl - sum_j gp_bj p_bj) / T
  *   sigmoid: ge_bl = p_bl (1 - s_bl) (gp_bl - sum_j gp_bj p_bj) / T
  * ge (B,L) is written (not accumulated); the score's backward takes it from there. */
-static void tail_backward(const tail_geom *g, const float *values, const float *alpha,
-                          const float *p, const float *s, const float *prior, const float *gctx,
-                          const float *galpha, float *gvalues, float *gprior, float *ge) {
+typedef struct {
+  const tail_geom *g;
+  const float *values, *alpha, *p, *s, *prior, *gctx, *galpha;
+  float *gvalues, *gprior, *ge;
+} tail_bwd_ctx;
+
+static void tail_backward_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const tail_bwd_ctx *k = c;
+  const tail_geom *g = k->g;
+  const float *values = k->values, *alpha = k->alpha, *p = k->p, *s = k->s, *prior = k->prior;
+  const float *gctx = k->gctx, *galpha = k->galpha;
+  float *gvalues = k->gvalues, *gprior = k->gprior, *ge = k->ge;
   int L = g->L, Dv = g->Dv;
-  for (int b = 0; b < g->B; b++) {
+  for (int b = (int)lo; b < (int)hi; b++) {
     const float *gc = gctx + (size_t)b * Dv, *ab = alpha + (size_t)b * L;
     const float *pb = p + (size_t)b * L;
     float *geb = ge + (size_t)b * L;
@@ -208,6 +238,13 @@ static void tail_backward(const tail_geom *g, const float *values, const float *
         geb[l] = pb[l] * (1.0f - sb[l]) * (geb[l] - (float)dot) * g->inv_t;
     }
   }
+}
+
+static void tail_backward(const tail_geom *g, const float *values, const float *alpha,
+                          const float *p, const float *s, const float *prior, const float *gctx,
+                          const float *galpha, float *gvalues, float *gprior, float *ge) {
+  tail_bwd_ctx c = {g, values, alpha, p, s, prior, gctx, galpha, gvalues, gprior, ge};
+  gl_parallel_for((size_t)g->B, (size_t)g->L * (4 * (size_t)g->Dv + 8), tail_backward_range, &c);
 }
 
 /* Allocate the outputs and the p/s buffers, run the tail, record the node.  `e` is the
@@ -295,17 +332,24 @@ static int tail_grad(gl_node *n, gl_tensor **gout, int vi, int pi, float **ge_ou
 
 /* The additive score's backward from ge (B,L), shared by both additive ops; gwq, guk, gv may
  * be NULL.  Each inner loop is a plain pass over H that vectorises. */
-static void additive_grad(const float *ge, const float *t, const float *v, int B, int L, int H,
-                          float *gwq, float *guk, float *gv) {
-  for (int b = 0; b < B; b++)
+typedef struct {
+  const float *ge, *t, *v, *wq, *uk;
+  int L, H, keep;
+  float *gwq, *guk, *e;
+} additive_ctx;
+
+/* guk and gwq for batch rows [lo, hi): each row's own */
+static void additive_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const additive_ctx *k = ctx;
+  const float *ge = k->ge, *t = k->t, *v = k->v;
+  int L = k->L, H = k->H;
+  float *gwq = k->gwq, *guk = k->guk;
+  for (int b = (int)lo; b < (int)hi; b++)
     for (int l = 0; l < L; l++) {
       float c = ge[(size_t)b * L + l];
       if (c == 0) continue;
       const float *restrict tl = t + ((size_t)b * L + l) * H;
-      if (gv) {
-        float *restrict g = gv;
-        for (int h = 0; h < H; h++) g[h] += c * tl[h];
-      }
       if (guk) {
         float *restrict g = guk + ((size_t)b * L + l) * H;
         for (int h = 0; h < H; h++) g[h] += c * v[h] * (1.0f - tl[h] * tl[h]);
@@ -317,10 +361,27 @@ static void additive_grad(const float *ge, const float *t, const float *v, int B
     }
 }
 
+static void additive_grad(const float *ge, const float *t, const float *v, int B, int L, int H,
+                          float *gwq, float *guk, float *gv) {
+  if (gwq || guk) {
+    additive_ctx c = {ge, t, v, NULL, NULL, L, H, 0, gwq, guk, NULL};
+    gl_parallel_for((size_t)B, (size_t)L * H * 6, additive_grad_range, &c);
+  }
+  if (gv)   /* a sum over every (b, l): one thread, in order */
+    for (int b = 0; b < B; b++)
+      for (int l = 0; l < L; l++) {
+        float c = ge[(size_t)b * L + l];
+        if (c == 0) continue;
+        const float *restrict tl = t + ((size_t)b * L + l) * H;
+        float *restrict g = gv;
+        for (int h = 0; h < H; h++) g[h] += c * tl[h];
+      }
+}
+
 static float *data_or_null(gl_tensor *t) { return t ? t->data : NULL; }
 
 static int additive_backward(gl_node *n, gl_tensor **gout) {
-  float *ge;
+  float *ge = NULL;
   int st = tail_grad(n, gout, 3, 4, &ge);
   if (st) return st;
   const tail_geom *tg = &GL_NODE_STATE(n, attn_state)->g;
@@ -345,19 +406,29 @@ static int check_additive(const char *op, const gl_tensor *wq, const gl_tensor *
   return GL_OK;
 }
 
-/* e_bl = sum_h v_h tanh(wq_bh + uk_blh); t (B,L,H) receives the tanh values (or is a scratch
- * row of H floats when the caller keeps nothing: then `keep` is 0) */
-static void additive_scores(const float *wq, const float *uk, const float *v, int B, int L,
-                            int H, float *e, float *t, int keep) {
-  for (int b = 0; b < B; b++) {
-    const float *w = wq + (size_t)b * H;
+/* e_bl = sum_h v_h tanh(wq_bh + uk_blh); t (B,L,H) receives the tanh values (or holds a
+ * scratch row of H floats per pool slot when the caller keeps nothing: then `keep` is 0) */
+static void additive_scores_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const additive_ctx *k = ctx;
+  int L = k->L, H = k->H;
+  for (int b = (int)lo; b < (int)hi; b++) {
+    const float *w = k->wq + (size_t)b * H;
     for (int l = 0; l < L; l++) {
-      const float *u = uk + ((size_t)b * L + l) * H;
-      float *tl = keep ? t + ((size_t)b * L + l) * H : t;
+      const float *u = k->uk + ((size_t)b * L + l) * H;
+      float *tl = k->keep ? (float *)k->t + ((size_t)b * L + l) * H : (float *)k->t + (size_t)slot * H;
       for (int h = 0; h < H; h++) tl[h] = vm_tanh(w[h] + u[h]);
-      e[(size_t)b * L + l] = vm_dot(v, tl, (size_t)H);
+      k->e[(size_t)b * L + l] = vm_dot(k->v, tl, (size_t)H);
     }
   }
+}
+
+/* the number of scratch rows additive_scores needs in t when it keeps nothing */
+static int additive_slots(void) { return gl_parallel_slots(); }
+
+static void additive_scores(const float *wq, const float *uk, const float *v, int B, int L,
+                            int H, float *e, float *t, int keep) {
+  additive_ctx c = {NULL, t, v, wq, uk, L, H, keep, NULL, NULL, e};
+  gl_parallel_for((size_t)B, (size_t)L * H * 12, additive_scores_range, &c);
 }
 
 int gl_attn_additive(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *wq, gl_tensor *uk,
@@ -374,7 +445,8 @@ int gl_attn_additive(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *wq, gl_tenso
   gl_tensor *in[5] = {wq, uk, v, values, prior};
   gl_tensor *t = NULL, *e = NULL;
   int keep = gl_needs_grad(5, in);
-  if ((st = keep ? gl_empty(&t, 3, uk->shape) : gl_empty(&t, 1, (int[]){H > 0 ? H : 1})))
+  if ((st = keep ? gl_empty(&t, 3, uk->shape)
+                 : gl_empty(&t, 1, (int[]){(H > 0 ? H : 1) * additive_slots()})))
     return st;
   if ((st = gl_empty(&e, 2, (int[]){B, L}))) { gl_release(t); return st; }
   additive_scores(wq->data, uk->data, v->data, B, L, H, e->data, t->data, keep);
@@ -409,7 +481,8 @@ int gl_attn_additive_scores(gl_tensor **e, gl_tensor *wq, gl_tensor *uk, gl_tens
   gl_tensor *in[3] = {wq, uk, v};
   gl_tensor *t = NULL;
   int keep = gl_needs_grad(3, in);
-  if ((st = keep ? gl_empty(&t, 3, uk->shape) : gl_empty(&t, 1, (int[]){H > 0 ? H : 1})))
+  if ((st = keep ? gl_empty(&t, 3, uk->shape)
+                 : gl_empty(&t, 1, (int[]){(H > 0 ? H : 1) * additive_slots()})))
     return st;
   if ((st = gl_empty(e, 2, (int[]){B, L}))) { gl_release(t); return st; }
   additive_scores(wq->data, uk->data, v->data, B, L, H, (*e)->data, t->data, keep);
@@ -428,8 +501,48 @@ int gl_attn_additive_scores(gl_tensor **e, gl_tensor *wq, gl_tensor *uk, gl_tens
  *          general: keys = keys W^T projected once per sequence by the caller.)
  * backward (from ge): gq_bd += scale sum_l ge_bl k_bld;  gk_bld += scale ge_bl q_bd */
 
+typedef struct {
+  const float *q, *k, *ge;
+  int L, D;
+  float scale;
+  float *gq, *gk;   /* backward; forward: gq is e */
+} dot_ctx;
+
+static void dot_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const dot_ctx *x = ctx;
+  int L = x->L, D = x->D;
+  for (int b = (int)lo; b < (int)hi; b++)
+    for (int l = 0; l < L; l++) {
+      float c = x->scale * x->ge[(size_t)b * L + l];
+      if (c == 0) continue;
+      const float *kl = x->k + ((size_t)b * L + l) * D, *qb = x->q + (size_t)b * D;
+      if (x->gq) {
+        float *g = x->gq + (size_t)b * D;
+        for (int d = 0; d < D; d++) g[d] += c * kl[d];
+      }
+      if (x->gk) {
+        float *g = x->gk + ((size_t)b * L + l) * D;
+        for (int d = 0; d < D; d++) g[d] += c * qb[d];
+      }
+    }
+}
+
+static void dot_scores_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const dot_ctx *x = ctx;
+  int L = x->L, D = x->D;
+  for (int b = (int)lo; b < (int)hi; b++) {
+    const float *qb = x->q + (size_t)b * D;
+    for (int l = 0; l < L; l++) {
+      const float *kl = x->k + ((size_t)b * L + l) * D;
+      x->gq[(size_t)b * L + l] = x->scale * vm_dot(qb, kl, (size_t)D);
+    }
+  }
+}
+
 static int dot_backward(gl_node *n, gl_tensor **gout) {
-  float *ge;
+  float *ge = NULL;
   int st = tail_grad(n, gout, 2, 3, &ge);
   if (st) return st;
   const tail_geom *tg = &GL_NODE_STATE(n, attn_state)->g;
@@ -438,20 +551,8 @@ static int dot_backward(gl_node *n, gl_tensor **gout) {
   float scale = GL_NODE_STATE(n, attn_state)->scale;
   const float *q = n->in[0]->data, *k = n->in[1]->data;
   gl_tensor *gq = gl_grad_of(n, 0), *gk = gl_grad_of(n, 1);
-  for (int b = 0; b < B; b++)
-    for (int l = 0; l < L; l++) {
-      float c = scale * ge[(size_t)b * L + l];
-      if (c == 0) continue;
-      const float *kl = k + ((size_t)b * L + l) * D, *qb = q + (size_t)b * D;
-      if (gq) {
-        float *g = gq->data + (size_t)b * D;
-        for (int d = 0; d < D; d++) g[d] += c * kl[d];
-      }
-      if (gk) {
-        float *g = gk->data + ((size_t)b * L + l) * D;
-        for (int d = 0; d < D; d++) g[d] += c * qb[d];
-      }
-    }
+  dot_ctx c = {q, k, ge, L, D, scale, gq ? gq->data : NULL, gk ? gk->data : NULL};
+  gl_parallel_for((size_t)B, (size_t)L * D * 4, dot_grad_range, &c);
   gl_scratch_free(ge, scratch_n((size_t)B * L));
   return GL_OK;
 }
@@ -475,13 +576,8 @@ int gl_attn_dot(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *q, gl_tensor *key
   tail_geom g = {B, L, values->shape[2], inv_t, norm};
   gl_tensor *e = NULL;
   if ((st = gl_empty(&e, 2, (int[]){B, L}))) return st;
-  for (int b = 0; b < B; b++) {
-    const float *qb = q->data + (size_t)b * D;
-    for (int l = 0; l < L; l++) {
-      const float *kl = keys->data + ((size_t)b * L + l) * D;
-      e->data[(size_t)b * L + l] = scale * vm_dot(qb, kl, (size_t)D);
-    }
-  }
+  dot_ctx c = {q->data, keys->data, NULL, L, D, scale, e->data, NULL};
+  gl_parallel_for((size_t)B, (size_t)L * D * 2, dot_scores_range, &c);
   gl_tensor *in[4] = {q, keys, values, prior};
   gl_node *n;
   st = tail_run(&op_attn_dot, &g, e->data, ctx, alpha, 4, in, 2, 3, mask, NULL, &n);
@@ -494,15 +590,20 @@ int gl_attn_dot(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *q, gl_tensor *key
 /* context from given scores: e (B,L), values (B,L,Dv), mask, prior -> ctx (B,Dv), alpha (B,L)
  * backward: ge_bl += (the tail's ge) */
 
+static void context_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const dot_ctx *c = ctx;
+  for (size_t i = lo; i < hi; i++) c->gq[i] += c->ge[i];
+}
+
 static int context_backward(gl_node *n, gl_tensor **gout) {
-  float *ge;
+  float *ge = NULL;
   int st = tail_grad(n, gout, 1, 2, &ge);
   if (st) return st;
   const tail_geom *tg = &GL_NODE_STATE(n, attn_state)->g;
   size_t BL = (size_t)tg->B * tg->L;
   gl_tensor *gs = gl_grad_of(n, 0);
-  if (gs)
-    for (size_t i = 0; i < BL; i++) gs->data[i] += ge[i];
+  if (gs) gl_parallel_for(BL, 1, context_grad_range, &(dot_ctx){NULL, NULL, ge, 0, 0, 0, gs->data, NULL});
   gl_scratch_free(ge, scratch_n(BL));
   return GL_OK;
 }
@@ -536,6 +637,39 @@ int gl_attn_context(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *scores, gl_te
 
 typedef struct { int N, Tq, Tk, d; float scale; } mh_probs_state;
 
+typedef struct {
+  const float *P, *gP, *mask;
+  float *out;
+  int Tq, Tk, heads, causal;
+} mh_ctx;
+
+/* rows r = n Tq + i: gS = P * (gP - rowsum(gP * P)) */
+static void mh_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const mh_ctx *c = ctx;
+  int Tk = c->Tk;
+  for (size_t r = lo; r < hi; r++) {
+    const float *pr = c->P + r * Tk, *gr = c->gP + r * Tk;
+    float *sr = c->out + r * Tk;
+    float dot = vm_dot(gr, pr, (size_t)Tk);
+    for (int j = 0; j < Tk; j++) sr[j] = pr[j] * (gr[j] - dot);
+  }
+}
+
+/* rows r = n Tq + i of P, softmaxed in place over their visible keys */
+static void mh_softmax_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const mh_ctx *c = ctx;
+  int Tq = c->Tq, Tk = c->Tk;
+  for (size_t r = lo; r < hi; r++) {
+    int nn = (int)(r / (size_t)Tq), i = (int)(r % (size_t)Tq);
+    const float *mb = c->mask ? c->mask + (size_t)(nn / c->heads) * Tk : NULL;
+    float *row = c->out + r * Tk;
+    int lim = c->causal && i + 1 < Tk ? i + 1 : Tk;   /* keys [0, lim) may be visible */
+    softmax_row(row, row, Tk, lim, mb, 1.0f);
+  }
+}
+
 static int mh_probs_backward(gl_node *n, gl_tensor **gout) {
   const mh_probs_state *ms = GL_NODE_STATE(n, mh_probs_state);
   int N = ms->N, Tq = ms->Tq, Tk = ms->Tk, d = ms->d;
@@ -546,12 +680,8 @@ static int mh_probs_backward(gl_node *n, gl_tensor **gout) {
   size_t tot = (size_t)N * Tq * Tk;
   float *gS = gl_scratch_alloc(scratch_n(tot));
   if (!gS) return gl_fail(GL_ENOMEM, "attn_mh_probs backward: out of memory");
-  for (size_t r = 0; r < (size_t)N * Tq; r++) {
-    const float *pr = P + r * Tk, *gr = gP + r * Tk;
-    float *sr = gS + r * Tk;
-    float dot = vm_dot(gr, pr, (size_t)Tk);
-    for (int j = 0; j < Tk; j++) sr[j] = pr[j] * (gr[j] - dot);
-  }
+  mh_ctx c = {P, gP, NULL, gS, Tq, Tk, 0, 0};
+  gl_parallel_for((size_t)N * Tq, (size_t)Tk * 4, mh_grad_range, &c);
   if (tot) {
     if (gq)
       gl_sgemm_batched(0, 0, N, Tq, d, Tk, scale, gS, (size_t)Tq * Tk, n->in[1]->data,
@@ -591,14 +721,8 @@ int gl_attn_mh_probs(gl_tensor **probs, gl_tensor *q, gl_tensor *k, const gl_ten
                      (size_t)Tk * d, 0.0f, P, (size_t)Tq * Tk);
   else
     memset(P, 0, tot * sizeof(float));
-  for (int nn = 0; nn < N; nn++) {
-    const float *mb = mask ? mask->data + (size_t)(nn / heads) * Tk : NULL;
-    for (int i = 0; i < Tq; i++) {
-      float *row = P + ((size_t)nn * Tq + i) * Tk;
-      int lim = causal && i + 1 < Tk ? i + 1 : Tk;   /* keys [0, lim) may be visible */
-      softmax_row(row, row, Tk, lim, mb, 1.0f);
-    }
-  }
+  mh_ctx c = {NULL, NULL, mask ? mask->data : NULL, P, Tq, Tk, heads, causal};
+  gl_parallel_for((size_t)N * Tq, (size_t)Tk * 16, mh_softmax_range, &c);
 record:;
   gl_tensor *in[2] = {q, k};
   gl_node *n = gl_record(&op_attn_mh_probs, 2, in, 1, probs);

@@ -1,5 +1,5 @@
-/* ops_conv.c -- 2-D convolution and pooling over (B,C,H,W) images, the CNN feature
- * extractor's ops.
+/* ops_conv.c -- 2-D convolution over (B,C,H,W) images, the CNN feature extractor's main op
+ * (pooling is in ops_pool.c; the window geometry both use is in ops_conv.h).
  *
  * conv2d lowers images to columns (im2col) and multiplies them by the weights with one
  * sgemm per chunk: one image when its output is wide enough (the product then writes the
@@ -9,10 +9,17 @@
  * gradient back with col2im.  3x3 stride-1 convolutions with enough channels take
  * Winograd's F(2x2, 3x3) instead for the output and the input gradient (2.25 times fewer
  * multiply-adds; see its section).  A direct seven-loop kernel (forward and backward)
- * stays beside them as the oracle the tests hold both fast paths against.  Pooling keeps the argmax of each window (max) or spreads the
- * gradient evenly (average, padding counted in the divisor as PyTorch does by default).
+ * stays beside them as the oracle the tests hold both fast paths against.
+ *
+ * Threads (parallel.h): im2col by column-matrix rows, col2im by input channels, the
+ * Winograd transforms by (image, channel) planes with a scratch per pool thread, Winograd's
+ * 16 products side by side when each is too small for OpenBLAS's threads, the bias and
+ * layout loops by channels.  Each output element is computed by one
+ * thread in the serial order, so results do not depend on the thread count.
  */
 #include "glimpse_internal.h"
+#include "ops_conv.h"
+#include "parallel.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -24,29 +31,17 @@
 /* floats of columns (or transposed output) one chunk of small images may use: 1 MB, about
  * an L2 cache, so im2col's output is still there when sgemm reads it */
 #define CONV_CHUNK_FLOATS ((size_t)1 << 18)
+/* forward: an image whose columns exceed this many floats (4 MB) is done in bands of output
+ * rows (conv_chunks_range) */
+#define CONV_BAND_FLOATS ((size_t)1 << 20)
 /* output pixels from which an image is a chunk of its own (see chunk_images) */
 #define CONV_WIDE_IMAGE 256
 
-/* The geometry every conv/pool op shares. */
-typedef struct {
-  int B, C, H, W;       /* input */
-  int O, kh, kw;        /* output channels, window */
-  int sh, sw, ph, pw;   /* stride, zero padding */
-  int Ho, Wo;           /* output size */
-} conv_geom;
-
-/* A conv/pool node's saved state is its whole geometry. */
-static void geom_to_node(gl_node *n, const conv_geom *g) {
-  *GL_NODE_STATE(n, conv_geom) = *g;
-}
-
-static conv_geom geom_from_node(gl_node *n) {
-  return *GL_NODE_STATE(n, conv_geom);
-}
+/* conv_geom, its node state and gl_conv_window are shared with pooling: ops_conv.h */
 
 /* Check the window against the input and work out the output size.  `op` names the caller. */
-static int window_geometry(const char *op, const gl_tensor *x, conv_geom *g, int kh, int kw,
-                           int sh, int sw, int ph, int pw) {
+int gl_conv_window(const char *op, const gl_tensor *x, conv_geom *g, int kh, int kw, int sh,
+                   int sw, int ph, int pw) {
   char b1[128];
   if (x->ndim != 4)
     return gl_fail(GL_ESHAPE, "%s: input %s must be (B,C,H,W)", op, SHAPE(b1, x));
@@ -69,39 +64,72 @@ static int window_geometry(const char *op, const gl_tensor *x, conv_geom *g, int
  * col is (K = C*kh*kw, nb*Ho*Wo): row (c,i,j), column (image, oy, ox) holds
  * x[image, c, oy*sh - ph + i, ox*sw - pw + j], or 0 where that falls in the padding. */
 
-static void im2col(const float *x, int nb, const conv_geom *g, float *col) {
-  size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)nb * hwo, plane = (size_t)g->H * g->W;
-  for (int c = 0; c < g->C; c++)
-    for (int i = 0; i < g->kh; i++)
-      for (int j = 0; j < g->kw; j++) {
-        float *row = col + ((size_t)(c * g->kh + i) * g->kw + j) * ncol;
-        /* the ox range whose input column lies inside the image */
-        int lo = 0, hi = g->Wo;
-        while (lo < hi && lo * g->sw - g->pw + j < 0) lo++;
-        while (hi > lo && (hi - 1) * g->sw - g->pw + j >= g->W) hi--;
-        for (int bi = 0; bi < nb; bi++) {
-          const float *xp = x + ((size_t)bi * g->C + c) * plane;
-          float *r = row + bi * hwo;
-          for (int oy = 0; oy < g->Ho; oy++, r += g->Wo) {
-            int iy = oy * g->sh - g->ph + i;
-            if (iy < 0 || iy >= g->H) {
-              memset(r, 0, sizeof(float) * (size_t)g->Wo);
-              continue;
-            }
-            const float *xr = xp + (size_t)iy * g->W - g->pw + j;
-            for (int ox = 0; ox < lo; ox++) r[ox] = 0;
-            if (g->sw == 1) memcpy(r + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
-            else for (int ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw];
-            for (int ox = hi; ox < g->Wo; ox++) r[ox] = 0;
-          }
+typedef struct {
+  const conv_geom *g;
+  const float *x;   /* im2col: the images; col2im: the columns */
+  float *y;         /* im2col: the columns; col2im: dx */
+  int nb;
+  int oy0, oy1;     /* im2col: the output rows whose columns are made (all: 0, Ho) */
+} cols_ctx;
+
+/* rows [lo, hi) of the column matrix, row r = (c * kh + i) * kw + j */
+static void im2col_range(void *ctx, size_t first, size_t last, int slot) {
+  (void)slot;
+  const cols_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  const float *x = k->x;
+  int nb = k->nb;
+  size_t hwo = (size_t)(k->oy1 - k->oy0) * g->Wo, ncol = (size_t)nb * hwo;
+  size_t plane = (size_t)g->H * g->W;
+  for (size_t q = first; q < last; q++) {
+    int j = (int)(q % (size_t)g->kw), i = (int)(q / (size_t)g->kw % (size_t)g->kh);
+    int c = (int)(q / ((size_t)g->kw * g->kh));
+    float *row = k->y + q * ncol;
+    /* the ox range whose input column lies inside the image */
+    int lo = 0, hi = g->Wo;
+    while (lo < hi && lo * g->sw - g->pw + j < 0) lo++;
+    while (hi > lo && (hi - 1) * g->sw - g->pw + j >= g->W) hi--;
+    for (int bi = 0; bi < nb; bi++) {
+      const float *xp = x + ((size_t)bi * g->C + c) * plane;
+      float *r = row + bi * hwo;
+      for (int oy = k->oy0; oy < k->oy1; oy++, r += g->Wo) {
+        int iy = oy * g->sh - g->ph + i;
+        if (iy < 0 || iy >= g->H) {
+          memset(r, 0, sizeof(float) * (size_t)g->Wo);
+          continue;
         }
+        const float *xr = xp + (size_t)iy * g->W - g->pw + j;
+        for (int ox = 0; ox < lo; ox++) r[ox] = 0;
+        if (g->sw == 1) memcpy(r + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
+        else for (int ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw];
+        for (int ox = hi; ox < g->Wo; ox++) r[ox] = 0;
       }
+    }
+  }
+}
+
+/* the columns of output rows [oy0, oy1) of nb images: col (K, nb * (oy1 - oy0) * Wo) */
+static void im2col_rows(const float *x, int nb, const conv_geom *g, int oy0, int oy1, float *col) {
+  size_t K = (size_t)g->C * g->kh * g->kw;
+  cols_ctx c = {g, x, col, nb, oy0, oy1};
+  gl_parallel_for(K, (size_t)nb * (size_t)(oy1 - oy0) * g->Wo, im2col_range, &c);
+}
+
+static void im2col(const float *x, int nb, const conv_geom *g, float *col) {
+  im2col_rows(x, nb, g, 0, g->Ho, col);
 }
 
 /* the adjoint of im2col: dx[image, c, iy, ix] += every column entry that copied it */
-static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) {
+/* input channels [lo, hi): each channel's planes gather from its own kh * kw column rows */
+static void col2im_range(void *ctx, size_t first, size_t last, int slot) {
+  (void)slot;
+  const cols_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  const float *col = k->x;
+  float *dx = k->y;
+  int nb = k->nb;
   size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)nb * hwo, plane = (size_t)g->H * g->W;
-  for (int c = 0; c < g->C; c++)
+  for (int c = (int)first; c < (int)last; c++)
     for (int i = 0; i < g->kh; i++)
       for (int j = 0; j < g->kw; j++) {
         const float *row = col + ((size_t)(c * g->kh + i) * g->kw + j) * ncol;
@@ -119,6 +147,11 @@ static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) 
           }
         }
       }
+}
+
+static void col2im_add(const float *col, int nb, const conv_geom *g, float *dx) {
+  cols_ctx c = {g, col, dx, nb, 0, g->Ho};
+  gl_parallel_for((size_t)g->C, (size_t)g->kh * g->kw * nb * g->Ho * g->Wo, col2im_range, &c);
 }
 
 /* Images per chunk.  An image with at least CONV_WIDE_IMAGE output pixels is a chunk of its
@@ -141,7 +174,7 @@ static int conv_check(const char *op, const gl_tensor *x, const gl_tensor *w,
   char b1[128], b2[128];
   if (w->ndim != 4)
     return gl_fail(GL_ESHAPE, "%s: weight %s must be (O,C,kh,kw)", op, SHAPE(b1, w));
-  int st = window_geometry(op, x, g, w->shape[2], w->shape[3], sh, sw, ph, pw);
+  int st = gl_conv_window(op, x, g, w->shape[2], w->shape[3], sh, sw, ph, pw);
   if (st) return st;
   if (w->shape[1] != g->C)
     return gl_fail(GL_ESHAPE, "%s: input %s has %d channels but weight %s expects %d", op,
@@ -168,14 +201,16 @@ static int conv_check(const char *op, const gl_tensor *x, const gl_tensor *w,
  * turned 180 degrees, channels swapped, padding 2 - p.  The weight gradient keeps im2col. */
 
 #define WINO_MIN_CHANNELS 16                    /* thinner products do not pay */
-#define WINO_CHUNK_FLOATS ((size_t)1 << 19)     /* V and M of a chunk of images: 2 MB */
-#define WINO_MAX_IMAGE_FLOATS ((size_t)1 << 23) /* bigger images stay with im2col */
+#define WINO_CHUNK_FLOATS ((size_t)1 << 21)     /* V and M of a chunk: 8 MB (bigger images: bands) */
+/* V and M hold 16 planes each; their sizes are often powers of two, so planes lying end to
+ * end would map the 16 values of one tile to one cache set: each plane is padded by a cache
+ * line (U is laid out row by row instead: see wino_weights) */
+#define WINO_PAD ((size_t)16)
 
 /* a Ci -> Co channel convolution to an Ho x Wo output with padding ph, pw */
 static int wino_fits(int ci, int co, int Ho, int Wo, int ph, int pw) {
-  size_t tiles = (size_t)((Ho + 1) / 2) * (size_t)((Wo + 1) / 2);
   return ci >= WINO_MIN_CHANNELS && co >= WINO_MIN_CHANNELS && ph <= 2 && pw <= 2 && Ho > 0 &&
-         Wo > 0 && 16 * (size_t)(ci + co) * tiles <= WINO_MAX_IMAGE_FLOATS;
+         Wo > 0;
 }
 
 static int is_3x3_s1(const conv_geom *g) {
@@ -191,31 +226,55 @@ static int use_winograd_dx(const conv_geom *g) {     /* dy (O) -> dx (C), paddin
          wino_fits(g->O, g->C, g->H, g->W, 2 - g->ph, 2 - g->pw);
 }
 
-/* U (16, Co, Ci), U_k[o][c] = (G g G^T)_k for the kernel g = w[o][c] (Co = O, Ci = C), or for
- * the adjoint g = w[c][o] turned 180 degrees (Co = C, Ci = O).  w is (O, C, 3, 3). */
-static void wino_weights(const float *w, int O, int C, int adjoint, float *U) {
-  int ci = adjoint ? O : C;
-  size_t plane = (size_t)O * C;
-  for (int o = 0; o < O; o++)
-    for (int c = 0; c < C; c++) {
-      const float *k = w + ((size_t)o * C + c) * 9;
-      float g[3][3], t[4][3];
-      for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 3; j++) g[i][j] = adjoint ? k[(2 - i) * 3 + 2 - j] : k[i * 3 + j];
-      for (int j = 0; j < 3; j++) {   /* G g */
-        t[0][j] = g[0][j];
-        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
-        t[3][j] = g[2][j];
+/* U (Co, 16, Ci): U_k[o][c] = (G g G^T)_k for the kernel g = w[o][c] (Co = O, Ci = C), or for
+ * the adjoint g = w[c][o] turned 180 degrees (Co = C, Ci = O).  w is (O, C, 3, 3).  Product
+ * k reads U_k at U + k Ci with row stride 16 Ci, so each row of U (one output channel's 16
+ * transformed kernels) is written as one contiguous run: 16 planes of O*C floats end to end,
+ * often a power of two apart, would have put a kernel's 16 values in one cache set. */
+typedef struct { const float *w; int O, C, adjoint; float *U; } wino_w_ctx;
+
+#define WINO_WBLOCK 64
+
+/* rows r of U in [lo, hi), a block of WINO_WBLOCK kernels at a time */
+static void wino_weights_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const wino_w_ctx *x = ctx;
+  const float *w = x->w;
+  int C = x->C, adjoint = x->adjoint;
+  int ci = adjoint ? x->O : C;
+  float blk[16][WINO_WBLOCK];
+  for (int r = (int)lo; r < (int)hi; r++) {
+    float *ur = x->U + (size_t)r * 16 * ci;
+    for (int j0 = 0; j0 < ci; j0 += WINO_WBLOCK) {
+      int nj = ci - j0 < WINO_WBLOCK ? ci - j0 : WINO_WBLOCK;
+      for (int jj = 0; jj < nj; jj++) {
+        int o = adjoint ? j0 + jj : r, c = adjoint ? r : j0 + jj;
+        const float *k = w + ((size_t)o * C + c) * 9;
+        float g[3][3], t[4][3];
+        for (int i = 0; i < 3; i++)
+          for (int j = 0; j < 3; j++) g[i][j] = adjoint ? k[(2 - i) * 3 + 2 - j] : k[i * 3 + j];
+        for (int j = 0; j < 3; j++) {   /* G g */
+          t[0][j] = g[0][j];
+          t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
+          t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
+          t[3][j] = g[2][j];
+        }
+        for (int p = 0; p < 4; p++) {   /* (G g) G^T */
+          blk[4 * p + 0][jj] = t[p][0];
+          blk[4 * p + 1][jj] = 0.5f * (t[p][0] + t[p][1] + t[p][2]);
+          blk[4 * p + 2][jj] = 0.5f * (t[p][0] - t[p][1] + t[p][2]);
+          blk[4 * p + 3][jj] = t[p][2];
+        }
       }
-      size_t at = adjoint ? (size_t)c * ci + o : (size_t)o * ci + c;
-      for (int p = 0; p < 4; p++) {   /* (G g) G^T */
-        U[(size_t)(4 * p + 0) * plane + at] = t[p][0];
-        U[(size_t)(4 * p + 1) * plane + at] = 0.5f * (t[p][0] + t[p][1] + t[p][2]);
-        U[(size_t)(4 * p + 2) * plane + at] = 0.5f * (t[p][0] - t[p][1] + t[p][2]);
-        U[(size_t)(4 * p + 3) * plane + at] = t[p][2];
-      }
+      for (int q = 0; q < 16; q++)
+        memcpy(ur + (size_t)q * ci + j0, blk[q], sizeof(float) * (size_t)nj);
     }
+  }
+}
+
+static void wino_weights(const float *w, int O, int C, int adjoint, float *U) {
+  wino_w_ctx c = {w, O, C, adjoint, U};
+  gl_parallel_for((size_t)(adjoint ? C : O), (size_t)(adjoint ? O : C) * 40, wino_weights_range, &c);
 }
 
 /* The transforms' passes, each a loop along a row with restrict pointers so it vectorises:
@@ -260,33 +319,36 @@ static void wino_a(int tiles, const float *restrict s0, const float *restrict s1
   }
 }
 
-/* One channel plane xc (H,W) -> its tiles' B^T d B: v[k * kstride + tile], tiles row-major
- * (tH x tW).  P: the padded plane (2 tH + 2) x (2 tW + 2), zero outside the image part, which
+/* One channel plane xc (H,W) -> the B^T d B of its tiles in tile rows [ty0, ty1):
+ * v[k * kstride + tile], tiles row-major (the plane has tH x tW).  P: the padded plane (2 tH + 2) x (2 tW + 2), zero outside the image part, which
  * is overwritten here; S: scratch of 4 (2 tW + 2) floats.  Every loop runs along a row (over
  * columns or tiles) so it vectorises. */
-static void wino_input(const float *xc, int H, int W, int ph, int pw, int tH, int tW,
-                       float *P, float *S, float *v, size_t kstride) {
+static void wino_input(const float *xc, int H, int W, int ph, int pw, int tH, int tW, int ty0,
+                       int ty1, float *P, float *S, float *v, size_t kstride) {
   int Hp = 2 * tH + 2, Wp = 2 * tW + 2;
   int ia = ph, ib = H + ph < Hp ? H + ph : Hp, ja = pw, jb = W + pw < Wp ? W + pw : Wp;
+  if (ia < 2 * ty0) ia = 2 * ty0;              /* only the rows the band's tiles read */
+  if (ib > 2 * ty1 + 2) ib = 2 * ty1 + 2;
   for (int i = ia; i < ib && jb > ja; i++)
     memcpy(P + (size_t)i * Wp + ja, xc + (size_t)(i - ph) * W, sizeof(float) * (size_t)(jb - ja));
-  for (int ty = 0; ty < tH; ty++) {
+  for (int ty = ty0; ty < ty1; ty++) {
     const float *r0 = P + (size_t)(2 * ty) * Wp;
     wino_bt(Wp, r0, r0 + Wp, r0 + 2 * Wp, r0 + 3 * Wp, S, S + Wp, S + 2 * Wp, S + 3 * Wp);
     for (int p = 0; p < 4; p++) {
-      float *v0 = v + (size_t)(4 * p) * kstride + (size_t)ty * tW;
+      float *v0 = v + (size_t)(4 * p) * kstride + (size_t)(ty - ty0) * tW;
       wino_b(tW, S + (size_t)p * Wp, v0, v0 + kstride, v0 + 2 * kstride, v0 + 3 * kstride);
     }
   }
 }
 
-/* One output channel: m[k * kstride + tile] -> A^T m A into yo (Ho,Wo): yo = bo + result,
+/* One output channel, tile rows [ty0, ty1): m[k * kstride + tile] -> A^T m A into yo (Ho,Wo)
+ * (output rows 2 ty0 .. 2 ty1 - 1): yo = bo + result,
  * or yo += result when add.  S: scratch of 12 tW floats. */
-static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int tH, int tW,
-                        float bo, int add, float *S, float *yo) {
+static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int ty0, int ty1,
+                        int tW, float bo, int add, float *S, float *yo) {
   float *o0 = S, *o1 = S + 2 * tW, *s0 = S + 4 * (size_t)tW, *s1 = S + 8 * (size_t)tW;
-  for (int ty = 0; ty < tH; ty++) {
-    const float *mt = m + (size_t)ty * tW;
+  for (int ty = ty0; ty < ty1; ty++) {
+    const float *mt = m + (size_t)(ty - ty0) * tW;
     for (int q = 0; q < 4; q++) {    /* A^T m: s0[q], s1[q] are rows of tW */
       const float *m0 = mt + (size_t)q * kstride;
       wino_at(tW, m0, m0 + 4 * kstride, m0 + 8 * kstride, m0 + 12 * kstride,
@@ -305,49 +367,105 @@ static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int tH, 
   }
 }
 
+/* One chunk of Winograd's work on the pool: the input transforms by (image, channel) planes,
+ * the 16 products, the output transforms by (image, channel) planes.  P and R hold one
+ * padded plane and one row scratch per pool slot. */
+typedef struct {
+  const float *x, *U, *bias;
+  float *y, *V, *M, *P, *R;
+  int Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add;
+  size_t T, N, b0, nP, nR;   /* T: an image's tiles in this band */
+  size_t vs, ms;   /* plane strides of V and M (padded: WINO_PAD) */
+  int ty0, ty1;    /* the band of tile rows */
+} wino_ctx;
+
+static void wino_input_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const wino_ctx *k = ctx;
+  size_t xim = (size_t)k->Ci * k->H * k->W;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)k->Ci;
+    int c = (int)(q % (size_t)k->Ci);
+    wino_input(k->x + (k->b0 + bi) * xim + (size_t)c * k->H * k->W, k->H, k->W, k->ph, k->pw,
+               k->tH, k->tW, k->ty0, k->ty1, k->P + (size_t)slot * k->nP,
+               k->R + (size_t)slot * k->nR,
+               k->V + (size_t)c * k->N + bi * k->T, k->vs);
+  }
+}
+
+static void wino_gemm_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const wino_ctx *w = ctx;
+  int Co = w->Co, Ci = w->Ci, N = (int)w->N;
+  for (size_t k = lo; k < hi; k++)
+    gl_sgemm(0, 0, Co, N, Ci, 1.0f, w->U + k * Ci, 16 * Ci, w->V + k * w->vs, N, 0.0f,
+             w->M + k * w->ms, N);
+}
+
+static void wino_output_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const wino_ctx *k = ctx;
+  size_t yim = (size_t)k->Co * k->Ho * k->Wo;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)k->Co;
+    int o = (int)(q % (size_t)k->Co);
+    wino_output(k->M + (size_t)o * k->N + bi * k->T, k->ms, k->Ho, k->Wo, k->ty0, k->ty1,
+                k->tW, k->bias ? k->bias[o] : 0.0f, k->add, k->R + (size_t)slot * k->nR,
+                k->y + (k->b0 + bi) * yim + (size_t)o * k->Ho * k->Wo);
+  }
+}
+
 /* y (B, Co, Ho, Wo) = [bias +] the 3x3 stride-1 correlation of x (B, Ci, H, W), padded by
- * ph, pw, with the transformed kernels U (16, Co, Ci); Ho = H + 2 ph - 2.  add: y += the
+ * ph, pw, with the transformed kernels U (Co, 16, Ci); Ho = H + 2 ph - 2.  add: y += the
  * correlation instead (no bias).  Writes nothing to y when it fails (out of memory). */
 static int winograd_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw,
                          const float *U, int Co, const float *bias, int add, float *y) {
   int Ho = H + 2 * ph - 2, Wo = W + 2 * pw - 2;
   int tH = (Ho + 1) / 2, tW = (Wo + 1) / 2;
   size_t T = (size_t)tH * tW, per = 16 * (size_t)(Ci + Co) * T;
-  size_t nbmax = WINO_CHUNK_FLOATS / per;
+  /* an image too big for one chunk goes in bands of tile rows, one image at a time */
+  int band = tH;
+  if (per > WINO_CHUNK_FLOATS) {
+    band = (int)(WINO_CHUNK_FLOATS / (16 * (size_t)(Ci + Co) * tW));
+    if (band < 1) band = 1;
+  }
+  size_t Tb = (size_t)band * tW;
+  size_t nbmax = band < tH ? 1 : WINO_CHUNK_FLOATS / per;
   if (nbmax < 1) nbmax = 1;
   if (nbmax > (size_t)B) nbmax = (size_t)B;
-  size_t nV = 16 * (size_t)Ci * T * nbmax, nM = 16 * (size_t)Co * T * nbmax;
+  size_t slots = (size_t)gl_parallel_slots();
+  size_t nV = 16 * ((size_t)Ci * Tb * nbmax + WINO_PAD), nM = 16 * ((size_t)Co * Tb * nbmax + WINO_PAD);
   size_t nP = (size_t)(2 * tH + 2) * (2 * tW + 2), nR = 12 * (size_t)tW + 8;
-  float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR);
-  float *P = gl_scratch_alloc(nP);
+  float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR * slots);
+  float *P = gl_scratch_alloc(nP * slots);
   if (!V || !M || !R || !P) {
     gl_scratch_free(V, nV);
     gl_scratch_free(M, nM);
-    gl_scratch_free(R, nR);
-    gl_scratch_free(P, nP);
+    gl_scratch_free(R, nR * slots);
+    gl_scratch_free(P, nP * slots);
     return gl_fail(GL_ENOMEM, "conv2d: out of memory for the Winograd buffers");
   }
-  memset(P, 0, sizeof(float) * nP);   /* the padding; wino_input rewrites only the image part */
-  size_t xim = (size_t)Ci * H * W, yim = (size_t)Co * Ho * Wo;
-  for (size_t b0 = 0; b0 < (size_t)B; b0 += nbmax) {
-    size_t nb = (size_t)B - b0 < nbmax ? (size_t)B - b0 : nbmax, N = nb * T;
-    for (size_t bi = 0; bi < nb; bi++)
-      for (int c = 0; c < Ci; c++)
-        wino_input(x + (b0 + bi) * xim + (size_t)c * H * W, H, W, ph, pw, tH, tW, P, R,
-                   V + (size_t)c * N + bi * T, (size_t)Ci * N);
-    for (int k = 0; k < 16; k++)
-      gl_sgemm(0, 0, Co, (int)N, Ci, 1.0f, U + (size_t)k * Co * Ci, Ci, V + (size_t)k * Ci * N,
-               (int)N, 0.0f, M + (size_t)k * Co * N, (int)N);
-    for (size_t bi = 0; bi < nb; bi++)
-      for (int o = 0; o < Co; o++)
-        wino_output(M + (size_t)o * N + bi * T, (size_t)Co * N, Ho, Wo, tH, tW,
-                    bias ? bias[o] : 0.0f, add, R,
-                    y + (b0 + bi) * yim + (size_t)o * Ho * Wo);
-  }
+  memset(P, 0, sizeof(float) * nP * slots);   /* the padding; wino_input rewrites only the image part */
+  wino_ctx k = {x, U, bias, y, V, M, P, R, Ci, H, W, ph, pw, Co, Ho, Wo, tH, tW, add,
+                T, 0, 0, nP, nR, 0, 0, 0, tH};
+  for (size_t b0 = 0; b0 < (size_t)B; b0 += nbmax)
+    for (int ty0 = 0; ty0 < tH; ty0 += band) {
+      size_t nb = (size_t)B - b0 < nbmax ? (size_t)B - b0 : nbmax;
+      k.ty0 = ty0;
+      k.ty1 = ty0 + band < tH ? ty0 + band : tH;
+      k.T = (size_t)(k.ty1 - ty0) * tW;
+      size_t N = nb * k.T;
+      k.b0 = b0;
+      k.N = N;
+      k.vs = (size_t)Ci * N + WINO_PAD;
+      k.ms = (size_t)Co * N + WINO_PAD;
+      gl_parallel_for(nb * (size_t)Ci, 16 * k.T, wino_input_range, &k);
+      if (gl_sgemm_threaded(Co, (int)N, Ci)) wino_gemm_range(&k, 0, 16, 0);
+      else gl_parallel_blas(16, 2 * (size_t)Co * N * Ci, wino_gemm_range, &k);
+      gl_parallel_for(nb * (size_t)Co, 12 * k.T, wino_output_range, &k);
+    }
   gl_scratch_free(V, nV);
   gl_scratch_free(M, nM);
-  gl_scratch_free(R, nR);
-  gl_scratch_free(P, nP);
+  gl_scratch_free(R, nR * slots);
+  gl_scratch_free(P, nP * slots);
   return GL_OK;
 }
 
@@ -364,6 +482,67 @@ static int wants_grad(const gl_node *n, int i) {
   return x && x->requires_grad && !(x->node && x->node->released);
 }
 
+/* the per-channel loops of conv2d on the pool: items are output channels o (or, for the
+ * layout moves, (image, channel) pairs q = bi * O + o) */
+typedef struct {
+  const conv_geom *g;
+  const float *src, *bias;
+  float *dst;
+  int b0, nb, fresh;
+} chan_ctx;
+
+/* dbias[o] (+)= sum over b, oy, ox of dy[b, o] */
+static void bias_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const chan_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t hwo = (size_t)g->Ho * g->Wo;
+  for (size_t o = lo; o < hi; o++) {
+    double s = 0;
+    for (int b = 0; b < g->B; b++) s += vm_sum_d(k->src + ((size_t)b * g->O + o) * hwo, hwo);
+    if (k->fresh) k->dst[o] = (float)s;
+    else k->dst[o] += (float)s;
+  }
+}
+
+/* (nb, O, HoWo) -> (O, nb*HoWo): dst[o, bi, :] = src[b0 + bi, o, :] */
+static void to_channel_major_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const chan_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)k->nb * hwo;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)g->O, o = q % (size_t)g->O;
+    memcpy(k->dst + o * ncol + bi * hwo, k->src + ((size_t)(k->b0 + bi) * g->O + o) * hwo,
+           sizeof(float) * hwo);
+  }
+}
+
+/* (O, nb*HoWo) -> (nb, O, HoWo) with the bias: dst[b0 + bi, o, :] = src[o, bi, :] + bias[o];
+ * src NULL: the bias alone (nb = 1, before a product that adds into dst) */
+static void from_channel_major_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const chan_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t hwo = (size_t)g->Ho * g->Wo, ncol = (size_t)k->nb * hwo;
+  for (size_t q = lo; q < hi; q++) {
+    size_t bi = q / (size_t)g->O, o = q % (size_t)g->O;
+    float *d = k->dst + ((size_t)(k->b0 + bi) * g->O + o) * hwo;
+    float bo = k->bias ? k->bias[o] : 0.0f;
+    if (!k->src) {
+      for (size_t i = 0; i < hwo; i++) d[i] = bo;
+      continue;
+    }
+    const float *sp = k->src + o * ncol + bi * hwo;
+    for (size_t i = 0; i < hwo; i++) d[i] = sp[i] + bo;
+  }
+}
+
+/* a 1x1 stride-1 unpadded convolution's columns for one image are the image itself */
+static int is_pointwise(const conv_geom *g) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
 static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   conv_geom g = geom_from_node(n);
@@ -371,13 +550,10 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   const float *dy = gout[0]->data;
   int fb, fw, fx;
   gl_tensor *gb = gl_grad_slot(n, 2, &fb);
-  if (gb)
-    for (int o = 0; o < g.O; o++) {
-      double s = 0;
-      for (int b = 0; b < g.B; b++) s += vm_sum_d(dy + ((size_t)b * g.O + o) * hwo, hwo);
-      if (fb) gb->data[o] = (float)s;
-      else gb->data[o] += (float)s;
-    }
+  if (gb) {
+    chan_ctx c = {&g, dy, NULL, gb->data, 0, 0, fb};
+    gl_parallel_for((size_t)g.O, (size_t)g.B * hwo, bias_grad_range, &c);
+  }
   int want_x = wants_grad(n, 0), want_w = wants_grad(n, 1);
   if (!want_x && !want_w) return GL_OK;
   int wino = want_x && use_winograd_dx(&g);   /* dx by Winograd, the rest by columns */
@@ -411,18 +587,23 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
     int ncol = nb * (int)hwo;
     const float *dY = dy + (size_t)b0 * g.O * hwo;   /* one image: (O, HoWo) as it is */
     if (nb > 1) {                                     /* dY (O, nb*HoWo) from dy (nb, O, HoWo) */
-      for (int bi = 0; bi < nb; bi++)
-        for (int o = 0; o < g.O; o++)
-          memcpy(dyt + (size_t)o * ncol + bi * hwo, dy + ((size_t)(b0 + bi) * g.O + o) * hwo,
-                 sizeof(float) * hwo);
+      chan_ctx c = {&g, dy, NULL, dyt, b0, nb, 0};
+      gl_parallel_for((size_t)nb * g.O, hwo, to_channel_major_range, &c);
       dY = dyt;
     }
     if (gw) {
-      im2col(x->data + b0 * xim, nb, &g, col);
-      gl_sgemm(0, 1, g.O, (int)K, ncol, 1.0f, dY, ncol, col, ncol, 1.0f, gw->data, (int)K);
+      const float *cp = col;
+      if (nb == 1 && is_pointwise(&g)) cp = x->data + b0 * xim;
+      else im2col(x->data + b0 * xim, nb, &g, col);
+      gl_sgemm(0, 1, g.O, (int)K, ncol, 1.0f, dY, ncol, cp, ncol, 1.0f, gw->data, (int)K);
     }
     if (gx) {
       float *dx = gx->data + b0 * xim;
+      if (nb == 1 && is_pointwise(&g)) {   /* dx (C, HW) is the column gradient itself */
+        gl_sgemm(1, 0, (int)K, ncol, g.O, 1.0f, w->data, (int)K, dY, ncol, fx ? 0.0f : 1.0f,
+                 dx, ncol);
+        continue;
+      }
       if (fx) memset(dx, 0, sizeof(float) * xim * (size_t)nb);   /* in cache, just before use */
       gl_sgemm(1, 0, (int)K, ncol, g.O, 1.0f, w->data, (int)K, dY, ncol, 0.0f, col, ncol);
       col2im_add(col, nb, &g, dx);
@@ -435,6 +616,60 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
 }
 
 static const gl_op op_conv2d = {"conv2d", conv2d_backward};
+
+/* products below this many multiply-adds are not cut into blocks (blas.c): a convolution
+ * runs such chunks of images side by side instead */
+#define CONV_SIDE_BY_SIDE_MNK ((double)(1 << 21))
+
+typedef struct {
+  const conv_geom *g;
+  const float *x, *w, *bias;
+  float *y, *col, *yt;   /* col, yt: one buffer of ncolf, nytf floats per pool slot */
+  size_t ncolf, nytf;
+  int nbmax;
+} conv_fwd_ctx;
+
+/* chunks [lo, hi) of nbmax images: im2col, the product, the bias (and layout) */
+static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const conv_fwd_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t K = (size_t)g->C * g->kh * g->kw, hwo = (size_t)g->Ho * g->Wo;
+  size_t xim = (size_t)g->C * g->H * g->W;
+  float *col = k->col + (size_t)slot * k->ncolf, *yt = k->yt ? k->yt + (size_t)slot * k->nytf : NULL;
+  for (size_t ch = lo; ch < hi; ch++) {
+    int b0 = (int)ch * k->nbmax;
+    int nb = g->B - b0 < k->nbmax ? g->B - b0 : k->nbmax;
+    int ncol = nb * (int)hwo;
+    chan_ctx c = {g, NULL, k->bias, k->y, b0, nb, 0};
+    if (nb == 1 && !is_pointwise(g) && K * hwo > CONV_BAND_FLOATS) {
+      /* a large image: its columns in bands of output rows that stay in cache between
+       * im2col and the product (one image's columns can be 100 MB: VGG's first layers) */
+      float *yb = k->y + (size_t)b0 * g->O * hwo;
+      int rows = (int)(CONV_BAND_FLOATS / (K * (size_t)g->Wo));
+      if (rows < 1) rows = 1;
+      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
+      for (int oy0 = 0; oy0 < g->Ho; oy0 += rows) {
+        int oy1 = oy0 + rows < g->Ho ? oy0 + rows : g->Ho, n = (oy1 - oy0) * g->Wo;
+        im2col_rows(k->x + b0 * xim, 1, g, oy0, oy1, col);
+        gl_sgemm(0, 0, g->O, n, (int)K, 1.0f, k->w, (int)K, col, n, 1.0f,
+                 yb + (size_t)oy0 * g->Wo, (int)hwo);
+      }
+      continue;
+    }
+    const float *cp = col;
+    if (nb == 1 && is_pointwise(g)) cp = k->x + b0 * xim;   /* no copy needed */
+    else im2col(k->x + b0 * xim, nb, g, col);
+    if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
+      float *yb = k->y + (size_t)b0 * g->O * hwo;
+      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
+      gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 1.0f, yb, ncol);
+      continue;
+    }
+    gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 0.0f, yt, ncol);
+    c.src = yt;                             /* (O, nb, HoWo) -> (nb, O, HoWo), + bias */
+    gl_parallel_for((size_t)nb * g->O, hwo, from_channel_major_range, &c);
+  }
+}
 
 int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh, int sw,
               int ph, int pw) {
@@ -461,41 +696,27 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
       return st;
     }
   } else if ((*out)->numel > 0) {
-    int nbmax = chunk_images(&g);
-    float *col = gl_scratch_alloc(K * (size_t)nbmax * hwo);
-    float *yt = nbmax > 1 ? gl_scratch_alloc((size_t)g.O * nbmax * hwo) : NULL;
-    if (!col || (nbmax > 1 && !yt)) {
-      gl_scratch_free(col, K * (size_t)nbmax * hwo);
-      gl_scratch_free(yt, (size_t)g.O * nbmax * hwo);
+    int nbmax = chunk_images(&g), nchunks = (g.B + nbmax - 1) / nbmax;
+    /* chunks whose product is too small to be cut into blocks run side by side, one per
+     * pool thread, each with its own column buffer */
+    int side = nchunks >= 2 && (double)g.O * nbmax * hwo * K < CONV_SIDE_BY_SIDE_MNK;
+    size_t slots = side ? (size_t)gl_parallel_slots() : 1;
+    size_t ncolf = K * (size_t)nbmax * hwo, nytf = nbmax > 1 ? (size_t)g.O * nbmax * hwo : 0;
+    float *col = gl_scratch_alloc(ncolf * slots);
+    float *yt = nytf ? gl_scratch_alloc(nytf * slots) : NULL;
+    if (!col || (nytf && !yt)) {
+      gl_scratch_free(col, ncolf * slots);
+      gl_scratch_free(yt, nytf * slots);
       gl_release(*out);
       *out = NULL;
       return gl_fail(GL_ENOMEM, "conv2d: out of memory for the column buffer");
     }
-    size_t xim = (size_t)g.C * g.H * g.W;
-    for (int b0 = 0; b0 < g.B; b0 += nbmax) {
-      int nb = g.B - b0 < nbmax ? g.B - b0 : nbmax;
-      int ncol = nb * (int)hwo;
-      im2col(x->data + b0 * xim, nb, &g, col);
-      if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
-        float *yb = y + (size_t)b0 * g.O * hwo;
-        for (int o = 0; o < g.O; o++) {
-          float bo = bias ? bias->data[o] : 0.0f;
-          for (size_t k = 0; k < hwo; k++) yb[(size_t)o * hwo + k] = bo;
-        }
-        gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, col, ncol, 1.0f, yb, ncol);
-        continue;
-      }
-      gl_sgemm(0, 0, g.O, ncol, (int)K, 1.0f, w->data, (int)K, col, ncol, 0.0f, yt, ncol);
-      for (int bi = 0; bi < nb; bi++)         /* (O, nb, HoWo) -> (nb, O, HoWo), + bias */
-        for (int o = 0; o < g.O; o++) {
-          float *d = y + ((size_t)(b0 + bi) * g.O + o) * hwo;
-          const float *s = yt + (size_t)o * ncol + bi * hwo;
-          float bo = bias ? bias->data[o] : 0.0f;
-          for (size_t k = 0; k < hwo; k++) d[k] = s[k] + bo;
-        }
-    }
-    gl_scratch_free(col, K * (size_t)nbmax * hwo);
-    gl_scratch_free(yt, (size_t)g.O * nbmax * hwo);
+    conv_fwd_ctx c = {&g, x->data, w->data, bias ? bias->data : NULL, y, col, yt, ncolf, nytf,
+                      nbmax};
+    if (side) gl_parallel_blas((size_t)nchunks, 2 * (size_t)g.O * nbmax * hwo * K, conv_chunks_range, &c);
+    else conv_chunks_range(&c, 0, (size_t)nchunks, 0);
+    gl_scratch_free(col, ncolf * slots);
+    gl_scratch_free(yt, nytf * slots);
   }
   gl_tensor *in[3] = {x, w, bias};
   gl_node *n = gl_record(&op_conv2d, 3, in, 1, out);
@@ -566,241 +787,6 @@ int gl_conv2d_naive(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias
         }
   gl_tensor *in[3] = {x, w, bias};
   gl_node *n = gl_record(&op_conv2d_naive, 3, in, 1, out);
-  if (n) geom_to_node(n, &g);
-  return GL_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* pooling windows: PyTorch's rule that padding is at most half the kernel keeps every
- * window overlapping the image, so a max always exists */
-
-static int pool_check(const char *op, const gl_tensor *x, conv_geom *g, int kh, int kw, int sh,
-                      int sw, int ph, int pw) {
-  int st = window_geometry(op, x, g, kh, kw, sh, sw, ph, pw);
-  if (st) return st;
-  if (2 * ph > kh || 2 * pw > kw)
-    return gl_fail(GL_EARG, "%s: padding %dx%d must be at most half the %dx%d kernel", op, ph,
-                   pw, kh, kw);
-  g->O = g->C;
-  return GL_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* the common 2x2 window with stride 2 and no padding, one output row at a time, written
- * so the compiler vectorises it (the general loops spend most of their time on window
- * bookkeeping).  r0, r1: the two input rows; base: r0's in-plane offset. */
-
-static int is_2x2(const conv_geom *g) {
-  return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
-}
-
-/* max with the first maximum in scan order (a, b, c, d) on ties; returns nonzero when the
- * row holds a NaN (the caller redoes it the general way, which propagates NaN) */
-static int max2x2_row(const float *r0, const float *r1, int W, int Wo, int base, float *y,
-                      float *arg) {
-  int nan = 0;
-  if (!arg) {
-    for (int ox = 0; ox < Wo; ox++) {
-      float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
-      nan |= (a != a) | (b != b) | (c != c) | (d != d);
-      float m1 = b > a ? b : a, m2 = d > c ? d : c;
-      y[ox] = m2 > m1 ? m2 : m1;
-    }
-    return nan;
-  }
-  /* the index as float selects (exact below 2^24), which vectorise like the values */
-  float fw = (float)W, fbase = (float)base;
-  for (int ox = 0; ox < Wo; ox++) {
-    float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
-    nan |= (a != a) | (b != b) | (c != c) | (d != d);
-    float m1 = b > a ? b : a, m2 = d > c ? d : c;
-    float o1 = b > a ? 1.0f : 0.0f, o2 = d > c ? fw + 1.0f : fw;
-    y[ox] = m2 > m1 ? m2 : m1;
-    arg[ox] = fbase + (float)(2 * ox) + (m2 > m1 ? o2 : o1);
-  }
-  return nan;
-}
-
-/* The 2x2 window's backward written outright (fresh gradient rows d0, d1 of the window's
- * two input rows): dy to the position arg names, 0 to the other three; an odd last column
- * gets 0.  base: r0's in-plane offset, as in max2x2_row. */
-static void max2x2_row_backward(const float *restrict arg, const float *restrict dy, int W,
-                                int Wo, int base, float *restrict d0, float *restrict d1) {
-  float fw = (float)W, fbase = (float)base;
-  for (int ox = 0; ox < Wo; ox++) {
-    float rel = arg[ox] - fbase - (float)(2 * ox), g = dy[ox];   /* 0, 1, W or W + 1 */
-    d0[2 * ox] = rel == 0.0f ? g : 0.0f;
-    d0[2 * ox + 1] = rel == 1.0f ? g : 0.0f;
-    d1[2 * ox] = rel == fw ? g : 0.0f;
-    d1[2 * ox + 1] = rel == fw + 1.0f ? g : 0.0f;
-  }
-  if (W % 2) d0[W - 1] = d1[W - 1] = 0.0f;
-}
-
-static void avg2x2_row(const float *r0, const float *r1, int Wo, float *y) {
-  for (int ox = 0; ox < Wo; ox++)
-    y[ox] = (r0[2 * ox] + r0[2 * ox + 1] + r1[2 * ox] + r1[2 * ox + 1]) * 0.25f;
-}
-
-/* ------------------------------------------------------------------------ */
-/* max_pool2d: x (B,C,H,W) -> y (B,C,Ho,Wo), y = max over the window (padding never wins);
- * the flat in-plane index of each maximum is kept (first one on ties).
- * backward of y[p] = x[argmax(p)]:  dx[argmax(p)] += dy[p] */
-
-static int max_pool2d_backward(gl_node *n, gl_tensor **gout) {
-  int fresh;
-  gl_tensor *gx = gl_grad_slot(n, 0, &fresh);
-  if (!gx) return GL_OK;
-  const float *arg = n->saved[0]->data;
-  const gl_tensor *x = n->in[0];
-  size_t planes = (size_t)x->shape[0] * x->shape[1], plane = (size_t)x->shape[2] * x->shape[3];
-  size_t hwo = gout[0]->numel / (planes ? planes : 1);
-  const float *dy = gout[0]->data;
-  conv_geom g = geom_from_node(n);
-  for (size_t p = 0; p < planes; p++) {
-    float *dx = gx->data + p * plane;
-    if (fresh && is_2x2(&g)) {   /* every input pixel written once: no zeroing pass */
-      const float *ap = arg + p * hwo, *dp = dy + p * hwo;
-      for (int oy = 0; oy < g.Ho; oy++)
-        max2x2_row_backward(ap + (size_t)oy * g.Wo, dp + (size_t)oy * g.Wo, g.W, g.Wo,
-                            2 * oy * g.W, dx + (size_t)2 * oy * g.W, dx + (size_t)(2 * oy + 1) * g.W);
-      if (g.H % 2) memset(dx + (size_t)(g.H - 1) * g.W, 0, sizeof(float) * (size_t)g.W);
-      continue;
-    }
-    if (fresh) memset(dx, 0, sizeof(float) * plane);   /* plane by plane: still in cache */
-    for (size_t k = 0; k < hwo; k++) dx[(size_t)arg[p * hwo + k]] += dy[p * hwo + k];
-  }
-  return GL_OK;
-}
-
-static const gl_op op_max_pool2d = {"max_pool2d", max_pool2d_backward};
-
-/* The in-plane index of each maximum is kept as a float (a tensor from the caching
- * allocator, saved with the node); floats hold integers exactly up to 2^24. */
-#define POOL_MAX_PLANE (1 << 24)
-
-int gl_max_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
-                  int pw) {
-  char b1[128];
-  conv_geom g;
-  int st = pool_check("max_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
-  if (st) return st;
-  if ((size_t)g.H * g.W > POOL_MAX_PLANE)
-    return gl_fail(GL_ESHAPE, "max_pool2d: input %s: planes of more than %d pixels are not "
-                              "supported", SHAPE(b1, x), POOL_MAX_PLANE);
-  size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
-  gl_tensor *idx = NULL;
-  if (gl_needs_grad(1, &x) && (st = gl_empty(&idx, 4, (int[]){g.B, g.C, g.Ho, g.Wo})))
-    return st;
-  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) {
-    gl_release(idx);
-    return st;
-  }
-  float *y = (*out)->data, *arg = idx ? idx->data : NULL;
-  for (size_t p = 0; p < planes; p++) {
-    const float *xp = x->data + p * plane;
-    for (int oy = 0; oy < g.Ho; oy++) {
-      size_t o = p * hwo + (size_t)oy * g.Wo;
-      if (is_2x2(&g) && !max2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.W, g.Wo,
-                                    2 * oy * g.W, y + o, arg ? arg + o : NULL))
-        continue;
-      for (int ox = 0; ox < g.Wo; ox++) {
-        int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-        int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
-        /* branch-free selects (random data mispredicts an if); NaNs are noted and handled
-         * after the window, so the hot loop stays a max */
-        float best = -INFINITY;
-        int bi = ya * g.W + xa, nan = 0;
-        for (int iy = ya; iy < yb; iy++) {
-          const float *row = xp + iy * g.W;
-          for (int ix = xa; ix < xb; ix++) {
-            float v = row[ix];
-            int gt = v > best;
-            bi = gt ? iy * g.W + ix : bi;
-            best = gt ? v : best;
-            nan |= v != v;
-          }
-        }
-        if (nan) /* NaN propagates, as in PyTorch: the first NaN of the window wins */
-          for (int iy = ya; iy < yb && nan; iy++)
-            for (int ix = xa; ix < xb; ix++)
-              if (xp[iy * g.W + ix] != xp[iy * g.W + ix]) {
-                best = xp[iy * g.W + ix];
-                bi = iy * g.W + ix;
-                nan = 0;
-                break;
-              }
-        y[o + ox] = best;
-        if (arg) arg[o + ox] = (float)bi;
-      }
-    }
-  }
-  gl_node *n = gl_record(&op_max_pool2d, 1, &x, 1, out);
-  if (n) geom_to_node(n, &g);
-  gl_save(n, idx);
-  gl_release(idx);
-  return GL_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* avg_pool2d: x (B,C,H,W) -> y (B,C,Ho,Wo), y = (sum over the window's image part) / (kh*kw)
- * (zero padding counts in the divisor: PyTorch's count_include_pad=True).
- * backward: dx[q] += dy[p] / (kh*kw) for every q in window p */
-
-static int avg_pool2d_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *gx = gl_grad_of(n, 0);
-  if (!gx) return GL_OK;
-  conv_geom g = geom_from_node(n);
-  size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
-  float inv = 1.0f / (float)(g.kh * g.kw);
-  const float *dy = gout[0]->data;
-  for (size_t p = 0; p < planes; p++) {
-    float *dx = gx->data + p * plane;
-    for (int oy = 0; oy < g.Ho; oy++)
-      for (int ox = 0; ox < g.Wo; ox++) {
-        int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-        int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
-        float d = dy[p * hwo + (size_t)oy * g.Wo + ox] * inv;
-        for (int iy = ya; iy < yb; iy++)
-          for (int ix = xa; ix < xb; ix++) dx[iy * g.W + ix] += d;
-      }
-  }
-  return GL_OK;
-}
-
-static const gl_op op_avg_pool2d = {"avg_pool2d", avg_pool2d_backward};
-
-int gl_avg_pool2d(gl_tensor **out, gl_tensor *x, int kh, int kw, int sh, int sw, int ph,
-                  int pw) {
-  conv_geom g;
-  int st = pool_check("avg_pool2d", x, &g, kh, kw, sh, sw, ph, pw);
-  if (st) return st;
-  if ((st = gl_empty(out, 4, (int[]){g.B, g.C, g.Ho, g.Wo}))) return st;
-  size_t planes = (size_t)g.B * g.C, plane = (size_t)g.H * g.W, hwo = (size_t)g.Ho * g.Wo;
-  float inv = 1.0f / (float)(kh * kw);
-  float *y = (*out)->data;
-  for (size_t p = 0; p < planes; p++) {
-    const float *xp = x->data + p * plane;
-    for (int oy = 0; oy < g.Ho; oy++) {
-      if (is_2x2(&g)) {
-        avg2x2_row(xp + 2 * oy * g.W, xp + (2 * oy + 1) * g.W, g.Wo,
-                   y + p * hwo + (size_t)oy * g.Wo);
-        continue;
-      }
-      for (int ox = 0; ox < g.Wo; ox++) {
-        int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-        int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
-        float s = 0;
-        for (int iy = ya; iy < yb; iy++)
-          for (int ix = xa; ix < xb; ix++) s += xp[iy * g.W + ix];
-        y[p * hwo + (size_t)oy * g.Wo + ox] = s * inv;
-      }
-    }
-  }
-  gl_node *n = gl_record(&op_avg_pool2d, 1, &x, 1, out);
   if (n) geom_to_node(n, &g);
   return GL_OK;
 }

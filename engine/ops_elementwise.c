@@ -5,8 +5,13 @@
  * Kernels walk the output with a per-dim counter and two stride vectors whose broadcast
  * entries are 0, so nothing is ever materialised.  Backward computes the full-size product
  * and sums it back down to each input's shape (gl_sum_to_add).
+ *
+ * Threads: every loop here that computes each output element on its own runs on the pool
+ * (parallel.h) by ranges of elements or of rows; the sums that fold a broadcast gradient
+ * back down stay on one thread, so results do not depend on the thread count.
  */
 #include "glimpse_internal.h"
+#include "parallel.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -62,6 +67,17 @@ static void walk_init(walker *w, int n, const int *shape, const gl_tensor *a, co
   for (int i = 0; i < n - 1; i++) w->rows *= (size_t)shape[i];
 }
 
+/* position w at row r (0 <= r < rows), as r calls of walk_next from the start would */
+static void walk_seek(walker *w, size_t r) {
+  w->oa = w->ob = 0;
+  for (int i = w->n - 2; i >= 0; i--) {
+    w->idx[i] = (int)(r % (size_t)w->shape[i]);
+    r /= (size_t)w->shape[i];
+    w->oa += w->sa[i] * (size_t)w->idx[i];
+    w->ob += w->sb[i] * (size_t)w->idx[i];
+  }
+}
+
 static void walk_next(walker *w) {
   for (int i = w->n - 2; i >= 0; i--) {
     w->idx[i]++;
@@ -74,9 +90,17 @@ static void walk_next(walker *w) {
   }
 }
 
+typedef struct { float *d; const float *s; } acc_ctx;
+
+static void acc_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  acc_ctx *a = c;
+  for (size_t i = lo; i < hi; i++) a->d[i] += a->s[i];
+}
+
 int gl_sum_to_add(gl_tensor *dst, const gl_tensor *g) {
   if (gl_same_shape(dst, g)) {
-    for (size_t i = 0; i < g->numel; i++) dst->data[i] += g->data[i];
+    gl_parallel_for(g->numel, 1, acc_range, &(acc_ctx){dst->data, g->data});
     return GL_OK;
   }
   if (dst->numel == 1) {
@@ -144,6 +168,32 @@ static void bin_row(int op, float *o, const float *a, size_t sa, const float *b,
   for (int j = 0; j < n; j++) o[j] = bin1(op, a[j * sa], b[j * sb]);
 }
 
+typedef struct {
+  int op;
+  const walker *w;       /* NULL: a and b have the output's shape, ranges are of elements */
+  const float *a, *b;
+  float *o;
+} binary_ctx;
+
+static void binary_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const binary_ctx *x = c;
+  if (!x->w) {
+    for (size_t i = lo; i < hi; i += (size_t)1 << 30) {   /* bin_row counts in int */
+      size_t m = hi - i < (size_t)1 << 30 ? hi - i : (size_t)1 << 30;
+      bin_row(x->op, x->o + i, x->a + i, 1, x->b + i, 1, (int)m);
+    }
+    return;
+  }
+  walker w = *x->w;
+  walk_seek(&w, lo);
+  int n = w.n, inner = w.shape[n - 1];
+  size_t sa = w.sa[n - 1], sb = w.sb[n - 1];
+  float *po = x->o + lo * (size_t)inner;
+  for (size_t r = lo; r < hi; r++, walk_next(&w), po += inner)
+    bin_row(x->op, po, x->a + w.oa, sa, x->b + w.ob, sb, inner);
+}
+
 static int binary_forward(const char *name, int op, gl_tensor **out, gl_tensor *a, gl_tensor *b) {
   int n, shape[GL_MAX_DIMS];
   int st = gl_broadcast_shape(name, a, b, &n, shape);
@@ -152,17 +202,58 @@ static int binary_forward(const char *name, int op, gl_tensor **out, gl_tensor *
   gl_tensor *o = *out;
   if (o->numel == 0) return GL_OK;
   if (n == 0) { o->data[0] = bin1(op, a->data[0], b->data[0]); return GL_OK; }
+  size_t cost = op == B_POW ? 16 : 1;
+  if (a->numel == o->numel && b->numel == o->numel) {   /* no broadcasting: flat ranges */
+    gl_parallel_for(o->numel, cost, binary_range, &(binary_ctx){op, NULL, a->data, b->data, o->data});
+    return GL_OK;
+  }
   walker w;
   walk_init(&w, n, shape, a, b);
-  int inner = shape[n - 1];
-  size_t sa = w.sa[n - 1], sb = w.sb[n - 1];
-  float *po = o->data;
-  for (size_t r = 0; r < w.rows; r++, walk_next(&w), po += inner)
-    bin_row(op, po, a->data + w.oa, sa, b->data + w.ob, sb, inner);
+  gl_parallel_for(w.rows, cost * (size_t)shape[n - 1], binary_range,
+                  &(binary_ctx){op, &w, a->data, b->data, o->data});
   return GL_OK;
 }
 
 /* tmp = g * f(a, b) over the broadcast shape of g, for input `which` (0: a, 1: b) */
+typedef struct {
+  int op, which, inner;
+  const walker *w;
+  const float *g, *a, *b, *out;
+  float *tmp;
+} bgrad_ctx;
+
+static void bgrad_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const bgrad_ctx *x = c;
+  walker w = *x->w;
+  int n = w.n, inner = x->inner, op = x->op, which = x->which;
+  if (n) walk_seek(&w, lo);
+  size_t sa = n ? w.sa[n - 1] : 0, sb = n ? w.sb[n - 1] : 0;
+  const float *pg = x->g + lo * (size_t)inner, *po = x->out ? x->out + lo * (size_t)inner : NULL;
+  float *pt = x->tmp + lo * (size_t)inner;
+  for (size_t r = lo; r < hi; r++, walk_next(&w), pg += inner, pt += inner) {
+    const float *pa = x->a + w.oa, *pb = x->b + w.ob;
+    for (int j = 0; j < inner; j++) {
+      float xa = pa[j * sa], y = pb[j * sb], d = pg[j];
+      float r2;
+      switch (op) {
+        case B_SUB: r2 = -d; break;
+        case B_MUL: r2 = which ? d * xa : d * y; break;
+        case B_DIV: r2 = which ? -d * xa / (y * y) : d / y; break;
+        case B_POW:
+          if (which) r2 = xa > 0 ? d * po[j] * logf(xa) : 0;
+          else r2 = (y == 0) ? 0 : d * y * powf(xa, y - 1);
+          break;
+        case B_MAX: r2 = which ? (y > xa ? d : (y == xa ? 0.5f * d : 0)) : (xa > y ? d : (xa == y ? 0.5f * d : 0)); break;
+        case B_MIN: r2 = which ? (y < xa ? d : (y == xa ? 0.5f * d : 0)) : (xa < y ? d : (xa == y ? 0.5f * d : 0)); break;
+        default: r2 = 0;
+      }
+      pt[j] = r2;
+    }
+    if (po) po += inner;
+  }
+}
+
 static int binary_grad(int op, int which, const gl_tensor *g, const gl_tensor *a,
                        const gl_tensor *b, const gl_tensor *out, gl_tensor *dst) {
   if (op == B_ADD || (op == B_SUB && which == 0)) return gl_sum_to_add(dst, g);
@@ -174,30 +265,9 @@ static int binary_grad(int op, int which, const gl_tensor *g, const gl_tensor *a
     int n = g->ndim;
     walk_init(&w, n, g->shape, a, b);
     int inner = n ? g->shape[n - 1] : 1;
-    size_t sa = n ? w.sa[n - 1] : 0, sb = n ? w.sb[n - 1] : 0;
-    const float *pg = g->data, *po = out ? out->data : NULL;
-    float *pt = tmp->data;
-    for (size_t r = 0; r < (n ? w.rows : 1); r++, walk_next(&w), pg += inner, pt += inner) {
-      const float *pa = a->data + w.oa, *pb = b->data + w.ob;
-      for (int j = 0; j < inner; j++) {
-        float x = pa[j * sa], y = pb[j * sb], d = pg[j];
-        float r2;
-        switch (op) {
-          case B_SUB: r2 = -d; break;
-          case B_MUL: r2 = which ? d * x : d * y; break;
-          case B_DIV: r2 = which ? -d * x / (y * y) : d / y; break;
-          case B_POW:
-            if (which) r2 = x > 0 ? d * po[j] * logf(x) : 0;
-            else r2 = (y == 0) ? 0 : d * y * powf(x, y - 1);
-            break;
-          case B_MAX: r2 = which ? (y > x ? d : (y == x ? 0.5f * d : 0)) : (x > y ? d : (x == y ? 0.5f * d : 0)); break;
-          case B_MIN: r2 = which ? (y < x ? d : (y == x ? 0.5f * d : 0)) : (x < y ? d : (x == y ? 0.5f * d : 0)); break;
-          default: r2 = 0;
-        }
-        pt[j] = r2;
-      }
-      if (po) po += inner;
-    }
+    bgrad_ctx c = {op, which, inner, &w, g->data, a->data, b->data, out ? out->data : NULL,
+                   tmp->data};
+    gl_parallel_for(n ? w.rows : 1, (size_t)inner * (op == B_POW ? 16 : 2), bgrad_range, &c);
   }
   st = gl_sum_to_add(dst, tmp);
   gl_release(tmp);
@@ -315,45 +385,66 @@ enum { S_ADD, S_MUL, S_POW, S_RSUB, S_RDIV };
 
 typedef struct { int kind; float s; } scalar_state;   /* S_* op and its scalar */
 
+/* one context for the elementwise loops over flat ranges: y[i] = f(x[i]) forward, or
+ * gx[i] (+)= d[i] f'(x[i], y[i]) backward */
+typedef struct {
+  int kind;
+  float s, hi;                /* the scalar (or clamp's bounds lo = s, hi) */
+  const float *x, *y, *d;
+  float *o;
+} flat_ctx;
+
+static void scalar_grad_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const flat_ctx *f = c;
+  const float *d = f->d, *x = f->x;
+  float s = f->s, *g = f->o;
+  switch (f->kind) {
+    case S_ADD: for (size_t i = lo; i < hi; i++) g[i] += d[i]; break;
+    case S_MUL: for (size_t i = lo; i < hi; i++) g[i] += s * d[i]; break;
+    case S_POW:
+      if (s == 2) for (size_t i = lo; i < hi; i++) g[i] += 2 * x[i] * d[i];
+      else for (size_t i = lo; i < hi; i++) g[i] += s == 0 ? 0 : s * powf(x[i], s - 1) * d[i];
+      break;
+    case S_RSUB: for (size_t i = lo; i < hi; i++) g[i] -= d[i]; break;
+    default: for (size_t i = lo; i < hi; i++) g[i] -= s * d[i] / (x[i] * x[i]); break;
+  }
+}
+
 static int scalar_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
-  const float *d = gout[0]->data, *x = n->in[0]->data;
   const scalar_state *ss = GL_NODE_STATE(n, scalar_state);
-  float s = ss->s;
-  size_t N = g->numel;
-  switch (ss->kind) {
-    case S_ADD: for (size_t i = 0; i < N; i++) g->data[i] += d[i]; break;
-    case S_MUL: for (size_t i = 0; i < N; i++) g->data[i] += s * d[i]; break;
-    case S_POW:
-      if (s == 2) for (size_t i = 0; i < N; i++) g->data[i] += 2 * x[i] * d[i];
-      else for (size_t i = 0; i < N; i++) g->data[i] += s == 0 ? 0 : s * powf(x[i], s - 1) * d[i];
-      break;
-    case S_RSUB: for (size_t i = 0; i < N; i++) g->data[i] -= d[i]; break;
-    default: for (size_t i = 0; i < N; i++) g->data[i] -= s * d[i] / (x[i] * x[i]); break;
-  }
+  flat_ctx c = {ss->kind, ss->s, 0, n->in[0]->data, NULL, gout[0]->data, g->data};
+  gl_parallel_for(g->numel, ss->kind == S_POW ? 16 : 2, scalar_grad_range, &c);
   return GL_OK;
 }
 
 static const gl_op op_scalar = {"scalar", scalar_backward};
 
+static void scalar_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const flat_ctx *f = c;
+  const float *x = f->x;
+  float s = f->s, *o = f->o;
+  switch (f->kind) {
+    case S_ADD: for (size_t i = lo; i < hi; i++) o[i] = x[i] + s; break;
+    case S_MUL: for (size_t i = lo; i < hi; i++) o[i] = x[i] * s; break;
+    case S_POW:
+      if (s == 2) for (size_t i = lo; i < hi; i++) o[i] = x[i] * x[i];
+      else if (s == 0.5f) for (size_t i = lo; i < hi; i++) o[i] = sqrtf(x[i]);
+      else for (size_t i = lo; i < hi; i++) o[i] = powf(x[i], s);
+      break;
+    case S_RSUB: for (size_t i = lo; i < hi; i++) o[i] = s - x[i]; break;
+    default: for (size_t i = lo; i < hi; i++) o[i] = s / x[i]; break;
+  }
+}
+
 static int scalar_op(int kind, gl_tensor **out, gl_tensor *a, float s) {
   int st = gl_empty_like(out, a);
   if (st) return st;
-  float *o = (*out)->data;
-  const float *x = a->data;
-  size_t N = a->numel;
-  switch (kind) {
-    case S_ADD: for (size_t i = 0; i < N; i++) o[i] = x[i] + s; break;
-    case S_MUL: for (size_t i = 0; i < N; i++) o[i] = x[i] * s; break;
-    case S_POW:
-      if (s == 2) for (size_t i = 0; i < N; i++) o[i] = x[i] * x[i];
-      else if (s == 0.5f) for (size_t i = 0; i < N; i++) o[i] = sqrtf(x[i]);
-      else for (size_t i = 0; i < N; i++) o[i] = powf(x[i], s);
-      break;
-    case S_RSUB: for (size_t i = 0; i < N; i++) o[i] = s - x[i]; break;
-    default: for (size_t i = 0; i < N; i++) o[i] = s / x[i]; break;
-  }
+  flat_ctx c = {kind, s, 0, a->data, NULL, NULL, (*out)->data};
+  gl_parallel_for(a->numel, kind == S_POW && s != 2 ? 16 : 1, scalar_range, &c);
   gl_node *n = gl_record(&op_scalar, 1, &a, 1, out);
   if (n) *GL_NODE_STATE(n, scalar_state) = (scalar_state){kind, s};
   return GL_OK;
@@ -416,58 +507,81 @@ static void unary_grad(int kind, const float *x, const float *y, const float *d,
 
 typedef struct { gl_unary_kind kind; } unary_state;
 
+/* rough operations per element, for the pool's threshold */
+static size_t unary_cost(int kind) {
+  switch (kind) {
+    case GL_NEG: case GL_RELU: case GL_ABS: case GL_SIGN: case GL_FLOOR: case GL_ROUND:
+      return 1;
+    case GL_EXP: case GL_TANH: case GL_SIGMOID: case GL_SQRT: case GL_RSQRT: return 8;
+    default: return 24;
+  }
+}
+
+/* f->hi != 0: the gradient buffer is fresh (assign); else add, a block at a time */
+static void unary_grad_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const flat_ctx *f = c;
+  if (f->hi != 0) {
+    unary_grad(f->kind, f->x + lo, f->y + lo, f->d + lo, f->o + lo, hi - lo);
+    return;
+  }
+  float tmp[UNARY_BLOCK];
+  for (size_t i0 = lo; i0 < hi; i0 += UNARY_BLOCK) {
+    size_t m = hi - i0 < UNARY_BLOCK ? hi - i0 : UNARY_BLOCK;
+    unary_grad(f->kind, f->x + i0, f->y + i0, f->d + i0, tmp, m);
+    float *restrict gx = f->o + i0;
+    for (size_t i = 0; i < m; i++) gx[i] += tmp[i];
+  }
+}
+
 static int unary_backward(gl_node *n, gl_tensor **gout) {
   int kind = (int)GL_NODE_STATE(n, unary_state)->kind;
   int fresh;
   gl_tensor *g = gl_grad_slot(n, 0, &fresh);
   if (!g) return GL_OK;
-  const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
-  size_t N = g->numel;
-  if (fresh) {
-    unary_grad(kind, x, y, d, g->data, N);
-    return GL_OK;
-  }
-  float tmp[UNARY_BLOCK];
-  for (size_t i0 = 0; i0 < N; i0 += UNARY_BLOCK) {
-    size_t m = N - i0 < UNARY_BLOCK ? N - i0 : UNARY_BLOCK;
-    unary_grad(kind, x + i0, y + i0, d + i0, tmp, m);
-    float *restrict gx = g->data + i0;
-    for (size_t i = 0; i < m; i++) gx[i] += tmp[i];
-  }
+  flat_ctx c = {kind, 0, (float)fresh, n->in[0]->data, n->saved[0]->data, gout[0]->data,
+               g->data};
+  gl_parallel_for(g->numel, unary_cost(kind), unary_grad_range, &c);
   return GL_OK;
 }
 
 static const gl_op op_unary = {"unary", unary_backward};
 
+static void unary_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const flat_ctx *f = c;
+  const float *x = f->x;
+  float *y = f->o;
+  switch (f->kind) {
+    case GL_NEG: for (size_t i = lo; i < hi; i++) y[i] = -x[i]; break;
+    case GL_EXP: for (size_t i = lo; i < hi; i++) y[i] = vm_exp(x[i]); break;
+    case GL_LOG: for (size_t i = lo; i < hi; i++) y[i] = logf(x[i]); break;
+    case GL_TANH: for (size_t i = lo; i < hi; i++) y[i] = vm_tanh(x[i]); break;
+    case GL_SIGMOID: for (size_t i = lo; i < hi; i++) y[i] = vm_sigmoid(x[i]); break;
+    case GL_RELU: for (size_t i = lo; i < hi; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
+    case GL_SQRT: for (size_t i = lo; i < hi; i++) y[i] = sqrtf(x[i]); break;
+    case GL_ABS: for (size_t i = lo; i < hi; i++) y[i] = fabsf(x[i]); break;
+    case GL_SIN: for (size_t i = lo; i < hi; i++) y[i] = sinf(x[i]); break;
+    case GL_COS: for (size_t i = lo; i < hi; i++) y[i] = cosf(x[i]); break;
+    case GL_SOFTPLUS:
+      for (size_t i = lo; i < hi; i++) y[i] = x[i] > 20 ? x[i] : log1pf(expf(x[i]));
+      break;
+    case GL_LOG1P: for (size_t i = lo; i < hi; i++) y[i] = log1pf(x[i]); break;
+    case GL_SIGN: for (size_t i = lo; i < hi; i++) y[i] = (float)((x[i] > 0) - (x[i] < 0)); break;
+    case GL_FLOOR: for (size_t i = lo; i < hi; i++) y[i] = floorf(x[i]); break;
+    case GL_ROUND: for (size_t i = lo; i < hi; i++) y[i] = roundf(x[i]); break;
+    case GL_RSQRT: for (size_t i = lo; i < hi; i++) y[i] = 1.0f / sqrtf(x[i]); break;
+    case GL_GELU: for (size_t i = lo; i < hi; i++) y[i] = gelu_f(x[i]); break;
+    default: break;
+  }
+}
+
 int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k) {
   if ((unsigned)k >= GL_UNARY_COUNT) return gl_fail(GL_EARG, "unary: unknown op %d", (int)k);
   int st = gl_empty_like(out, a);
   if (st) return st;
-  const float *x = a->data;
-  float *y = (*out)->data;
-  size_t N = a->numel;
-  switch (k) {
-    case GL_NEG: for (size_t i = 0; i < N; i++) y[i] = -x[i]; break;
-    case GL_EXP: for (size_t i = 0; i < N; i++) y[i] = vm_exp(x[i]); break;
-    case GL_LOG: for (size_t i = 0; i < N; i++) y[i] = logf(x[i]); break;
-    case GL_TANH: for (size_t i = 0; i < N; i++) y[i] = vm_tanh(x[i]); break;
-    case GL_SIGMOID: for (size_t i = 0; i < N; i++) y[i] = vm_sigmoid(x[i]); break;
-    case GL_RELU: for (size_t i = 0; i < N; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
-    case GL_SQRT: for (size_t i = 0; i < N; i++) y[i] = sqrtf(x[i]); break;
-    case GL_ABS: for (size_t i = 0; i < N; i++) y[i] = fabsf(x[i]); break;
-    case GL_SIN: for (size_t i = 0; i < N; i++) y[i] = sinf(x[i]); break;
-    case GL_COS: for (size_t i = 0; i < N; i++) y[i] = cosf(x[i]); break;
-    case GL_SOFTPLUS:
-      for (size_t i = 0; i < N; i++) y[i] = x[i] > 20 ? x[i] : log1pf(expf(x[i]));
-      break;
-    case GL_LOG1P: for (size_t i = 0; i < N; i++) y[i] = log1pf(x[i]); break;
-    case GL_SIGN: for (size_t i = 0; i < N; i++) y[i] = (float)((x[i] > 0) - (x[i] < 0)); break;
-    case GL_FLOOR: for (size_t i = 0; i < N; i++) y[i] = floorf(x[i]); break;
-    case GL_ROUND: for (size_t i = 0; i < N; i++) y[i] = roundf(x[i]); break;
-    case GL_RSQRT: for (size_t i = 0; i < N; i++) y[i] = 1.0f / sqrtf(x[i]); break;
-    case GL_GELU: for (size_t i = 0; i < N; i++) y[i] = gelu_f(x[i]); break;
-    default: break;
-  }
+  flat_ctx c = {(int)k, 0, 0, a->data, NULL, NULL, (*out)->data};
+  gl_parallel_for(a->numel, unary_cost(k), unary_range, &c);
   gl_node *n = gl_record(&op_unary, 1, &a, 1, out);
   if (n) {
     GL_NODE_STATE(n, unary_state)->kind = k;
@@ -485,17 +599,28 @@ int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k) {
 /* clamp: [lo, hi]; leaky relu: leaky = 1 and lo is the slope */
 typedef struct { float lo, hi; int leaky; } clamp_state;
 
+/* kind 1: leaky relu (slope f->s), 0: clamp to [f->s, f->hi]; o: y forward, gx backward */
+static void clamp_range(void *c, size_t i0, size_t i1, int slot) {
+  (void)slot;
+  const flat_ctx *f = c;
+  const float *x = f->x, *d = f->d;
+  float lo = f->s, hi = f->hi, *o = f->o;
+  if (d && f->kind)
+    for (size_t i = i0; i < i1; i++) o[i] += x[i] > 0 ? d[i] : lo * d[i];
+  else if (d)
+    for (size_t i = i0; i < i1; i++) o[i] += (x[i] >= lo && x[i] <= hi) ? d[i] : 0;
+  else if (f->kind)
+    for (size_t i = i0; i < i1; i++) o[i] = x[i] > 0 ? x[i] : lo * x[i];
+  else
+    for (size_t i = i0; i < i1; i++) o[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+}
+
 static int clamp_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
-  const float *x = n->in[0]->data, *d = gout[0]->data;
   const clamp_state *cs = GL_NODE_STATE(n, clamp_state);
-  float lo = cs->lo, hi = cs->hi;
-  if (cs->leaky) {
-    for (size_t i = 0; i < g->numel; i++) g->data[i] += x[i] > 0 ? d[i] : lo * d[i];
-  } else {
-    for (size_t i = 0; i < g->numel; i++) g->data[i] += (x[i] >= lo && x[i] <= hi) ? d[i] : 0;
-  }
+  flat_ctx c = {cs->leaky, cs->lo, cs->hi, n->in[0]->data, NULL, gout[0]->data, g->data};
+  gl_parallel_for(g->numel, 1, clamp_range, &c);
   return GL_OK;
 }
 
@@ -506,10 +631,7 @@ int gl_clamp(gl_tensor **out, gl_tensor *a, float lo, float hi) {
     return gl_fail(GL_EARG, "clamp: bad bounds [%g, %g]", lo, hi);
   int st = gl_empty_like(out, a);
   if (st) return st;
-  for (size_t i = 0; i < a->numel; i++) {
-    float v = a->data[i];
-    (*out)->data[i] = v < lo ? lo : (v > hi ? hi : v);
-  }
+  gl_parallel_for(a->numel, 1, clamp_range, &(flat_ctx){0, lo, hi, a->data, NULL, NULL, (*out)->data});
   gl_node *n = gl_record(&op_clamp, 1, &a, 1, out);
   if (n) *GL_NODE_STATE(n, clamp_state) = (clamp_state){lo, hi, 0};
   return GL_OK;
@@ -518,10 +640,7 @@ int gl_clamp(gl_tensor **out, gl_tensor *a, float lo, float hi) {
 int gl_leaky_relu(gl_tensor **out, gl_tensor *a, float slope) {
   int st = gl_empty_like(out, a);
   if (st) return st;
-  for (size_t i = 0; i < a->numel; i++) {
-    float v = a->data[i];
-    (*out)->data[i] = v > 0 ? v : slope * v;
-  }
+  gl_parallel_for(a->numel, 1, clamp_range, &(flat_ctx){1, slope, 0, a->data, NULL, NULL, (*out)->data});
   gl_node *n = gl_record(&op_clamp, 1, &a, 1, out);
   if (n) *GL_NODE_STATE(n, clamp_state) = (clamp_state){slope, 0.0f, 1};
   return GL_OK;
@@ -580,7 +699,8 @@ int gl_add_(gl_tensor *dst, const gl_tensor *src, float alpha) {
                    gl_shape_str(s2, sizeof s2, dst->ndim, dst->shape));
   }
   if (src->numel == 1) for (size_t i = 0; i < dst->numel; i++) dst->data[i] += alpha * src->data[0];
-  else for (size_t i = 0; i < dst->numel; i++) dst->data[i] += alpha * src->data[i];
+  else gl_parallel_for(dst->numel, 1, scalar_grad_range,
+                       &(flat_ctx){S_MUL, alpha, 0, NULL, NULL, src->data, dst->data});
   dst->version++;
   return GL_OK;
 }

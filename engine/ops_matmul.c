@@ -3,6 +3,7 @@
  * layer x W^T + b as one op.
  */
 #include "glimpse_internal.h"
+#include "parallel.h"
 
 #include <string.h>
 
@@ -86,29 +87,57 @@ static void mm_run(const mm_geom *g, const float *A, const float *B, float *C, f
  *           with C = A^T B^T:  dA += B^T dC^T, dB += dC^T A^T
  * For a shared B (flattened or per-batch), dB sums over the batch (beta = 1 accumulation). */
 
+typedef struct {
+  const mm_geom *g;
+  const float *A, *B, *dC;
+  float *dA, *dB;   /* NULL: not wanted in this pass */
+  int fA, fB;
+} mm_grad_ctx;
+
+/* batch items [lo, hi) of the backward products */
+static void mm_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const mm_grad_ctx *c = ctx;
+  const mm_geom *g = c->g;
+  int M = g->M, N = g->N, K = g->K;
+  size_t sA = (size_t)M * K, sB = g->bshared ? 0 : (size_t)K * N, sC = (size_t)M * N;
+  for (size_t b = lo; b < hi; b++) {
+    const float *Ab = c->A + b * sA, *Bb = c->B + b * sB, *dCb = c->dC + b * sC;
+    int lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    if (c->dA) {
+      float *dA = c->dA + b * sA, beta = c->fA ? 0 : 1;
+      if (!g->ta) gl_sgemm(0, !g->tb, M, K, N, 1, dCb, N, Bb, ldb, beta, dA, lda);   /* dC op(B)^T */
+      else gl_sgemm(g->tb, 1, K, M, N, 1, Bb, ldb, dCb, N, beta, dA, lda);          /* op(B) dC^T */
+    }
+    if (c->dB) {
+      float *dB = c->dB + b * sB, beta = c->fB && (b == 0 || !g->bshared) ? 0 : 1;
+      if (!g->tb) gl_sgemm(!g->ta, 0, K, N, M, 1, Ab, lda, dCb, N, beta, dB, ldb);   /* op(A)^T dC */
+      else gl_sgemm(1, g->ta, N, K, M, 1, dCb, N, Ab, lda, beta, dB, ldb);          /* dC^T op(A) */
+    }
+  }
+}
+
 static int matmul_backward(gl_node *n, gl_tensor **gout) {
   mm_geom g = *GL_NODE_STATE(n, mm_geom);
-  const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = gout[0]->data;
   /* a fresh gradient buffer is assigned (beta 0) where nothing was added before: each dA
    * block once, a shared dB only by the first batch item */
   int fA, fB;
   gl_tensor *gA = gl_grad_slot(n, 0, &fA);
   gl_tensor *gB = gl_grad_slot(n, 1, &fB);
-  int M = g.M, N = g.N, K = g.K;
-  size_t sA = (size_t)M * K, sB = g.bshared ? 0 : (size_t)K * N, sC = (size_t)M * N;
-  for (int b = 0; b < g.batch; b++) {
-    const float *Ab = A + b * sA, *Bb = B + b * sB, *dCb = dC + b * sC;
-    int lda = g.ta ? M : K, ldb = g.tb ? K : N;
-    if (gA) {
-      float *dA = gA->data + b * sA, beta = fA ? 0 : 1;
-      if (!g.ta) gl_sgemm(0, !g.tb, M, K, N, 1, dCb, N, Bb, ldb, beta, dA, lda);   /* dC op(B)^T */
-      else gl_sgemm(g.tb, 1, K, M, N, 1, Bb, ldb, dCb, N, beta, dA, lda);          /* op(B) dC^T */
+  mm_grad_ctx c = {&g, n->in[0]->data, n->in[1]->data, gout[0]->data, gA ? gA->data : NULL,
+                   gB ? gB->data : NULL, fA, fB};
+  /* products too small for OpenBLAS's threads run side by side on the pool, one batch item
+   * each; a shared B's gradient sums over the items, so it keeps to one thread, in order */
+  if (g.batch >= 2 && !gl_sgemm_threaded(g.M, g.N, g.K)) {
+    if (g.bshared) c.dB = NULL;
+    gl_parallel_blas((size_t)g.batch, 4 * (size_t)g.M * g.N * (g.K ? g.K : 1), mm_grad_range, &c);
+    if (g.bshared && gB) {
+      c.dA = NULL;
+      c.dB = gB->data;
+      mm_grad_range(&c, 0, (size_t)g.batch, 0);
     }
-    if (gB) {
-      float *dB = gB->data + b * sB, beta = fB && (b == 0 || !g.bshared) ? 0 : 1;
-      if (!g.tb) gl_sgemm(!g.ta, 0, K, N, M, 1, Ab, lda, dCb, N, beta, dB, ldb);   /* op(A)^T dC */
-      else gl_sgemm(1, g.ta, N, K, M, 1, dCb, N, Ab, lda, beta, dB, ldb);          /* dC^T op(A) */
-    }
+  } else {
+    mm_grad_range(&c, 0, (size_t)(g.batch > 0 ? g.batch : 0), 0);
   }
   if (g.batch == 0) {   /* nothing was written: a fresh buffer must still hold zeros */
     if (gA && fA) memset(gA->data, 0, gA->numel * sizeof(float));

@@ -6,13 +6,28 @@
  * are taken in double (two passes) so float32 inputs with a large mean keep their precision;
  * mean and rstd are saved for backward.  Batch norm's running statistics are updated in place
  * in training mode (PyTorch's rule: the running variance takes the unbiased estimate).
+ *
+ * Threads (parallel.h): layer norm runs its rows on the pool (its weight and bias gradients,
+ * sums over rows, stay on one thread), batch norm its channels, forward and backward.
  */
+
 #include "glimpse_internal.h"
+#include "parallel.h"
 
 #include <math.h>
 #include <string.h>
 
 #define SHAPE(buf, t) gl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
+
+/* the loops' shared arguments: x in, y out (forward; stats the table of mean and rstd), or
+ * dy in, gx/gw/gb out (backward) */
+typedef struct {
+  const float *x, *w, *b, *dy;
+  float *y, *stats, *gx, *gw, *gb, *rmean, *rvar;
+  size_t B, C, S;   /* layer norm: C = D, the row width */
+  int batch_stats, training;
+  float eps, momentum;
+} norm_ctx;
 
 /* Sums in double over 8 independent accumulators: no serial chain of dependent adds (which
  * made batch norm latency-bound), and the compiler can vectorise the 8 lanes. */
@@ -79,34 +94,68 @@ static int check_vec(const char *op, const char *what, const gl_tensor *v, int n
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy*xhat,  db += sum_rows dy
  * saved: the (rows, 2) table of mean and rstd */
 
+static void layer_norm_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const norm_ctx *k = ctx;
+  int D = (int)k->C;
+  const float *w = k->w;
+  for (size_t r = lo; r < hi; r++) {
+    const float *xr = k->x + r * D, *dyr = k->dy + r * D;
+    float mu = k->stats[2 * r], rs = k->stats[2 * r + 1];
+    double sg = 0, sgx = 0;
+    for (int j = 0; j < D; j++) {
+      float g = dyr[j] * (w ? w[j] : 1.0f);
+      sg += g;
+      sgx += (double)g * (xr[j] - mu);
+    }
+    float mg = (float)(sg / D), mgx = (float)(sgx * rs / D);
+    float *gxr = k->gx + r * D;
+    for (int j = 0; j < D; j++) {
+      float g = dyr[j] * (w ? w[j] : 1.0f);
+      gxr[j] += rs * (g - mg - (xr[j] - mu) * rs * mgx);
+    }
+  }
+}
+
+static void layer_norm_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const norm_ctx *k = ctx;
+  int D = (int)k->C;
+  const float *w = k->w, *b = k->b;
+  for (size_t r = lo; r < hi; r++) {
+    const float *xr = k->x + r * D;
+    double mu = sum_f(xr, (size_t)D) / D;
+    double v = sumsq_dev(xr, (size_t)D, mu);
+    float rs = (float)(1.0 / sqrt(v / D + k->eps));
+    k->stats[2 * r] = (float)mu;
+    k->stats[2 * r + 1] = rs;
+    float *yr = k->y + r * D;
+    for (int j = 0; j < D; j++) {
+      float h = (xr[j] - (float)mu) * rs;
+      yr[j] = h * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
+    }
+  }
+}
+
 static int layer_norm_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1), *gb = gl_grad_of(n, 2);
   const float *stats = n->saved[0]->data, *dy = gout[0]->data;
   int D = x->shape[x->ndim - 1];
   size_t rows = D ? x->numel / (size_t)D : 0;
-  for (size_t r = 0; r < rows; r++) {
-    const float *xr = x->data + r * D, *dyr = dy + r * D;
-    float mu = stats[2 * r], rs = stats[2 * r + 1];
-    if (gw || gb)
+  if (gw || gb)   /* sums over the rows: one thread, in order */
+    for (size_t r = 0; r < rows; r++) {
+      const float *xr = x->data + r * D, *dyr = dy + r * D;
+      float mu = stats[2 * r], rs = stats[2 * r + 1];
       for (int j = 0; j < D; j++) {
         if (gw) gw->data[j] += dyr[j] * (xr[j] - mu) * rs;
         if (gb) gb->data[j] += dyr[j];
       }
-    if (gx) {
-      double sg = 0, sgx = 0;
-      for (int j = 0; j < D; j++) {
-        float g = dyr[j] * (w ? w->data[j] : 1.0f);
-        sg += g;
-        sgx += (double)g * (xr[j] - mu);
-      }
-      float mg = (float)(sg / D), mgx = (float)(sgx * rs / D);
-      float *gxr = gx->data + r * D;
-      for (int j = 0; j < D; j++) {
-        float g = dyr[j] * (w ? w->data[j] : 1.0f);
-        gxr[j] += rs * (g - mg - (xr[j] - mu) * rs * mgx);
-      }
     }
+  if (gx) {
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .dy = dy, .stats = (float *)stats,
+                  .gx = gx->data, .C = (size_t)D};
+    gl_parallel_for(rows, 8 * (size_t)D, layer_norm_grad_range, &c);
   }
   return GL_OK;
 }
@@ -125,20 +174,9 @@ int gl_layer_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b, flo
   gl_tensor *stats;
   if ((st = gl_empty(&stats, 2, (int[]){(int)rows, 2}))) return st;
   if ((st = gl_empty_like(out, x))) { gl_release(stats); return st; }
-  float *y = (*out)->data;
-  for (size_t r = 0; r < rows; r++) {
-    const float *xr = x->data + r * D;
-    double mu = sum_f(xr, (size_t)D) / D;
-    double v = sumsq_dev(xr, (size_t)D, mu);
-    float rs = (float)(1.0 / sqrt(v / D + eps));
-    stats->data[2 * r] = (float)mu;
-    stats->data[2 * r + 1] = rs;
-    float *yr = y + r * D;
-    for (int j = 0; j < D; j++) {
-      float h = (xr[j] - (float)mu) * rs;
-      yr[j] = h * (w ? w->data[j] : 1.0f) + (b ? b->data[j] : 0.0f);
-    }
-  }
+  norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL,
+                .y = (*out)->data, .stats = stats->data, .C = (size_t)D, .eps = eps};
+  gl_parallel_for(rows, 8 * (size_t)D, layer_norm_range, &c);
   gl_tensor *in[3] = {x, w, b};
   gl_node *n = gl_record(&op_layer_norm, 3, in, 1, out);
   gl_save(n, stats);
@@ -167,6 +205,8 @@ static void bn_geom(const gl_tensor *x, size_t *B, size_t *C, size_t *S) {
   for (int i = 2; i < x->ndim; i++) *S *= (size_t)x->shape[i];
 }
 
+static void batch_norm_grad_range(void *ctx, size_t lo, size_t hi, int slot);
+
 static int batch_norm_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   gl_tensor *gx = gl_grad_of(n, 0), *gw = gl_grad_of(n, 1), *gb = gl_grad_of(n, 2);
@@ -174,29 +214,74 @@ static int batch_norm_backward(gl_node *n, gl_tensor **gout) {
   int batch_stats = GL_NODE_STATE(n, batch_norm_state)->batch_stats;
   size_t B, C, S;
   bn_geom(x, &B, &C, &S);
+  norm_ctx k = {.x = x->data, .w = w ? w->data : NULL, .dy = dy, .stats = (float *)stats,
+                .gx = gx ? gx->data : NULL, .gw = gw ? gw->data : NULL,
+                .gb = gb ? gb->data : NULL, .B = B, .C = C, .S = S, .batch_stats = batch_stats};
+  gl_parallel_for(C, 8 * B * S, batch_norm_grad_range, &k);
+  return GL_OK;
+}
+
+static void batch_norm_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const norm_ctx *k = ctx;
+  size_t B = k->B, C = k->C, S = k->S;
+  const float *stats = k->stats, *dy = k->dy, *xd = k->x;
+  int batch_stats = k->batch_stats;
   double N = (double)B * S;
-  for (size_t c = 0; c < C; c++) {
-    float mu = stats[2 * c], rs = stats[2 * c + 1], wc = w ? w->data[c] : 1.0f;
+  for (size_t c = lo; c < hi; c++) {
+    float mu = stats[2 * c], rs = stats[2 * c + 1], wc = k->w ? k->w[c] : 1.0f;
     double sdy = 0, sdyx = 0;
     for (size_t b = 0; b < B; b++)
-      sum_and_dot(dy + (b * C + c) * S, x->data + (b * C + c) * S, S, mu, &sdy, &sdyx);
+      sum_and_dot(dy + (b * C + c) * S, xd + (b * C + c) * S, S, mu, &sdy, &sdyx);
     sdyx *= rs;
-    if (gw) gw->data[c] += (float)sdyx;
-    if (gb) gb->data[c] += (float)sdy;
-    if (!gx) continue;
+    if (k->gw) k->gw[c] += (float)sdyx;
+    if (k->gb) k->gb[c] += (float)sdy;
+    if (!k->gx) continue;
     float mg = batch_stats ? (float)(sdy * wc / N) : 0.0f;
     float mgx = batch_stats ? (float)(sdyx * wc / N) : 0.0f;
     for (size_t b = 0; b < B; b++) {
-      const float *xp = x->data + (b * C + c) * S, *dp = dy + (b * C + c) * S;
-      float *gp = gx->data + (b * C + c) * S;
+      const float *xp = xd + (b * C + c) * S, *dp = dy + (b * C + c) * S;
+      float *gp = k->gx + (b * C + c) * S;
       for (size_t s = 0; s < S; s++)
         gp[s] += rs * (dp[s] * wc - mg - (xp[s] - mu) * rs * mgx);
     }
   }
-  return GL_OK;
 }
 
 static const gl_op op_batch_norm = {"batch_norm", batch_norm_backward};
+
+static void batch_norm_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const norm_ctx *k = ctx;
+  size_t B = k->B, C = k->C, S = k->S, N = B * S;
+  for (size_t c = lo; c < hi; c++) {
+    double mu, var;
+    if (k->batch_stats) {
+      double s = 0, v = 0;
+      for (size_t bb = 0; bb < B; bb++) s += sum_f(k->x + (bb * C + c) * S, S);
+      mu = N ? s / (double)N : 0.0;
+      for (size_t bb = 0; bb < B; bb++) v += sumsq_dev(k->x + (bb * C + c) * S, S, mu);
+      var = N ? v / (double)N : 0.0;
+      if (k->training && k->rmean) {
+        double unbiased = N > 1 ? v / (double)(N - 1) : var;
+        k->rmean[c] = (float)((1 - k->momentum) * k->rmean[c] + k->momentum * mu);
+        k->rvar[c] = (float)((1 - k->momentum) * k->rvar[c] + k->momentum * unbiased);
+      }
+    } else {
+      mu = k->rmean[c];
+      var = k->rvar[c];
+    }
+    float rs = (float)(1.0 / sqrt(var + k->eps)), m = (float)mu;
+    k->stats[2 * c] = m;
+    k->stats[2 * c + 1] = rs;
+    float wc = k->w ? k->w[c] : 1.0f, bc = k->b ? k->b[c] : 0.0f;
+    for (size_t bb = 0; bb < B; bb++) {
+      const float *xp = k->x + (bb * C + c) * S;
+      float *yp = k->y + (bb * C + c) * S;
+      for (size_t i = 0; i < S; i++) yp[i] = (xp[i] - m) * rs * wc + bc;
+    }
+  }
+}
 
 int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
                   gl_tensor *running_mean, gl_tensor *running_var, int training,
@@ -225,33 +310,13 @@ int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
   gl_tensor *stats;
   if ((st = gl_empty(&stats, 2, (int[]){(int)C, 2}))) return st;
   if ((st = gl_empty_like(out, x))) { gl_release(stats); return st; }
-  for (size_t c = 0; c < C; c++) {
-    double mu, var;
-    if (batch_stats) {
-      double s = 0, v = 0;
-      for (size_t bb = 0; bb < B; bb++) s += sum_f(x->data + (bb * C + c) * S, S);
-      mu = N ? s / (double)N : 0.0;
-      for (size_t bb = 0; bb < B; bb++) v += sumsq_dev(x->data + (bb * C + c) * S, S, mu);
-      var = N ? v / (double)N : 0.0;
-      if (training && running_mean) {
-        double unbiased = N > 1 ? v / (double)(N - 1) : var;
-        running_mean->data[c] = (float)((1 - momentum) * running_mean->data[c] + momentum * mu);
-        running_var->data[c] = (float)((1 - momentum) * running_var->data[c] + momentum * unbiased);
-      }
-    } else {
-      mu = running_mean->data[c];
-      var = running_var->data[c];
-    }
-    float rs = (float)(1.0 / sqrt(var + eps)), m = (float)mu;
-    stats->data[2 * c] = m;
-    stats->data[2 * c + 1] = rs;
-    float wc = w ? w->data[c] : 1.0f, bc = b ? b->data[c] : 0.0f;
-    for (size_t bb = 0; bb < B; bb++) {
-      const float *xp = x->data + (bb * C + c) * S;
-      float *yp = (*out)->data + (bb * C + c) * S;
-      for (size_t k = 0; k < S; k++) yp[k] = (xp[k] - m) * rs * wc + bc;
-    }
-  }
+  norm_ctx k = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL,
+                .y = (*out)->data, .stats = stats->data,
+                .rmean = running_mean ? running_mean->data : NULL,
+                .rvar = running_var ? running_var->data : NULL, .B = B, .C = C, .S = S,
+                .batch_stats = batch_stats, .training = training, .eps = eps,
+                .momentum = momentum};
+  gl_parallel_for(C, 6 * N, batch_norm_range, &k);
   if (training && running_mean) {
     running_mean->version++;
     running_var->version++;

@@ -3,9 +3,14 @@
  *
  * A reduction over dim d sees the tensor as (outer, n, inner) and writes (outer, inner).
  * Sums accumulate in double so a mean over a large tensor does not drift.
+ *
+ * Threads (parallel.h): sum, mean and logsumexp and their backwards run on the pool by
+ * output elements (each output's sum runs whole on one thread, in the serial order) or by
+ * rows of the input; a reduction over everything stays on one thread.
  */
 #include "glimpse_internal.h"
 #include "ops_span.h"
+#include "parallel.h"
 
 #include <float.h>
 #include <math.h>
@@ -52,20 +57,62 @@ static void save_span(gl_node *n, const span3 *sp) {
 /* sum and mean: a (outer, n, inner) -> (outer, inner)
  * backward: ga[o, j, i] += g[o, i] (times 1/n for the mean) */
 
+/* the loops' shared context: x (outer, n, inner) in, y (outer, inner) out (or the reverse
+ * for a backward: d the gradient of y, g the one of x) */
+typedef struct {
+  span3 sp;
+  float scale;
+  const float *x, *y, *d;
+  float *o;
+} red_ctx;
+
+/* rows r = o * n + j of ga: ga[r, i] += scale * g[o, i] */
+static void summean_grad_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const red_ctx *k = c;
+  size_t len = k->sp.n, inner = k->sp.inner;
+  for (size_t r = lo; r < hi; r++) {
+    float *gx = k->o + r * inner;
+    const float *dd = k->d + (r / len) * inner;
+    for (size_t i = 0; i < inner; i++) gx[i] += k->scale * dd[i];
+  }
+}
+
 static int summean_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
-  const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
-  size_t outer = sp->outer, len = sp->n, inner = sp->inner;
-  float scale = GL_NODE_STATE(n, reduce_state)->scalar;
-  const float *d = gout[0]->data;
-  for (size_t o = 0; o < outer; o++)
-    for (size_t j = 0; j < len; j++) {
-      float *gx = g->data + (o * len + j) * inner;
-      const float *dd = d + o * inner;
-      for (size_t i = 0; i < inner; i++) gx[i] += scale * dd[i];
-    }
+  const reduce_state *rs = GL_NODE_STATE(n, reduce_state);
+  red_ctx c = {rs->sp, rs->scalar, NULL, NULL, gout[0]->data, g->data};
+  gl_parallel_for(rs->sp.outer * rs->sp.n, rs->sp.inner, summean_grad_range, &c);
   return GL_OK;
+}
+
+/* outputs k = q * inner + i in [lo, hi): the sum over j in order, times scale */
+static void summean_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const red_ctx *k = c;
+  size_t len = k->sp.n, inner = k->sp.inner;
+  float *o = k->o;
+  if (inner == 1) {
+    for (size_t q = lo; q < hi; q++) {
+      const float *x = k->x + q * len;
+      double s = 0;
+      for (size_t j = 0; j < len; j++) s += x[j];
+      o[q] = (float)(s * k->scale);
+    }
+    return;
+  }
+  for (size_t q = lo / inner; q * inner < hi; q++) {   /* the part of row q in the range */
+    size_t i0 = q * inner < lo ? lo - q * inner : 0;
+    size_t i1 = (q + 1) * inner > hi ? hi - q * inner : inner;
+    float *oo = o + q * inner;
+    memset(oo + i0, 0, (i1 - i0) * sizeof(float));
+    for (size_t j = 0; j < len; j++) {
+      const float *x = k->x + (q * len + j) * inner;
+      for (size_t i = i0; i < i1; i++) oo[i] += x[i];
+    }
+    for (size_t i = i0; i < i1; i++) oo[i] *= k->scale;
+  }
 }
 
 static const gl_op op_summean = {"sum", summean_backward};
@@ -73,7 +120,7 @@ static const gl_op op_summean = {"sum", summean_backward};
 static int sum_or_mean(const char *name, int mean, gl_tensor **out, gl_tensor *a, int dim,
                        int keepdim) {
   span3 sp;
-  int nd, shape[GL_MAX_DIMS];
+  int nd = 0, shape[GL_MAX_DIMS];
   int st = reduce_shape(name, a, dim, keepdim, &sp, &nd, shape);
   if (st) return st;
   if (mean && sp.n == 0) {
@@ -83,25 +130,8 @@ static int sum_or_mean(const char *name, int mean, gl_tensor **out, gl_tensor *a
   }
   if ((st = gl_empty(out, nd, shape))) return st;
   float scale = mean ? 1.0f / (float)sp.n : 1.0f;
-  float *o = (*out)->data;
-  if (sp.inner == 1) {
-    for (size_t q = 0; q < sp.outer; q++) {
-      const float *x = a->data + q * sp.n;
-      double s = 0;
-      for (size_t j = 0; j < sp.n; j++) s += x[j];
-      o[q] = (float)(s * scale);
-    }
-  } else {
-    for (size_t q = 0; q < sp.outer; q++) {
-      float *oo = o + q * sp.inner;
-      memset(oo, 0, sp.inner * sizeof(float));
-      for (size_t j = 0; j < sp.n; j++) {
-        const float *x = a->data + (q * sp.n + j) * sp.inner;
-        for (size_t i = 0; i < sp.inner; i++) oo[i] += x[i];
-      }
-      for (size_t i = 0; i < sp.inner; i++) oo[i] *= scale;
-    }
-  }
+  red_ctx c = {sp, scale, a->data, NULL, NULL, (*out)->data};
+  gl_parallel_for(sp.outer * sp.inner, sp.n ? sp.n : 1, summean_range, &c);
   gl_node *n = gl_record(&op_summean, 1, &a, 1, out);
   if (n) {
     save_span(n, &sp);
@@ -142,7 +172,7 @@ static const gl_op op_extreme = {"max", extreme_backward};
 static int extreme(const char *name, int want_max, gl_tensor **values, gl_tensor **indices,
                    gl_tensor *a, int dim, int keepdim) {
   span3 sp;
-  int nd, shape[GL_MAX_DIMS];
+  int nd = 0, shape[GL_MAX_DIMS];
   int st = reduce_shape(name, a, dim, keepdim, &sp, &nd, shape);
   if (st) return st;
   if (sp.n == 0) {
@@ -196,18 +226,40 @@ int gl_argmax(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
 /* logsumexp: y[o, i] = m + log sum_j exp(a[o, j, i] - m), m the max
  * backward: ga[o, j, i] += g[o, i] * exp(a[o, j, i] - y[o, i]) */
 
+/* rows r = o * n + j of ga: ga[r, i] += g[o, i] exp(a[r, i] - y[o, i]) */
+static void lse_grad_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const red_ctx *k = c;
+  size_t len = k->sp.n, inner = k->sp.inner;
+  for (size_t r = lo; r < hi; r++) {
+    size_t o = r / len;
+    for (size_t i = 0; i < inner; i++)
+      k->o[r * inner + i] += k->d[o * inner + i] * expf(k->x[r * inner + i] - k->y[o * inner + i]);
+  }
+}
+
+/* outputs k = o * inner + i in [lo, hi) */
+static void lse_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const red_ctx *k = c;
+  size_t len = k->sp.n, inner = k->sp.inner;
+  for (size_t q = lo; q < hi; q++) {
+    size_t o = q / inner, i = q % inner;
+    const float *x = k->x + o * len * inner + i;
+    float m = -INFINITY;
+    for (size_t j = 0; j < len; j++) if (x[j * inner] > m) m = x[j * inner];
+    double s = 0;
+    if (isfinite(m)) for (size_t j = 0; j < len; j++) s += exp((double)x[j * inner] - m);
+    k->o[q] = isfinite(m) ? m + (float)log(s) : m;
+  }
+}
+
 static int lse_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *g = gl_grad_of(n, 0);
   if (!g) return GL_OK;
-  const float *x = n->in[0]->data, *y = n->saved[0]->data, *d = gout[0]->data;
   const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
-  size_t outer = sp->outer, len = sp->n, inner = sp->inner;
-  for (size_t o = 0; o < outer; o++)
-    for (size_t j = 0; j < len; j++)
-      for (size_t i = 0; i < inner; i++) {
-        size_t k = (o * len + j) * inner + i;
-        g->data[k] += d[o * inner + i] * expf(x[k] - y[o * inner + i]);
-      }
+  red_ctx c = {*sp, 0, n->in[0]->data, n->saved[0]->data, gout[0]->data, g->data};
+  gl_parallel_for(sp->outer * sp->n, sp->inner * 16, lse_grad_range, &c);
   return GL_OK;
 }
 
@@ -215,19 +267,12 @@ static const gl_op op_lse = {"logsumexp", lse_backward};
 
 int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
   span3 sp;
-  int nd, shape[GL_MAX_DIMS];
+  int nd = 0, shape[GL_MAX_DIMS];
   int st = reduce_shape("logsumexp", a, dim, keepdim, &sp, &nd, shape);
   if (st) return st;
   if ((st = gl_empty(out, nd, shape))) return st;
-  for (size_t o = 0; o < sp.outer; o++)
-    for (size_t i = 0; i < sp.inner; i++) {
-      const float *x = a->data + o * sp.n * sp.inner + i;
-      float m = -INFINITY;
-      for (size_t j = 0; j < sp.n; j++) if (x[j * sp.inner] > m) m = x[j * sp.inner];
-      double s = 0;
-      if (isfinite(m)) for (size_t j = 0; j < sp.n; j++) s += exp((double)x[j * sp.inner] - m);
-      (*out)->data[o * sp.inner + i] = isfinite(m) ? m + (float)log(s) : m;
-    }
+  red_ctx c = {sp, 0, a->data, NULL, NULL, (*out)->data};
+  gl_parallel_for(sp.outer * sp.inner, (sp.n ? sp.n : 1) * 24, lse_range, &c);
   gl_node *n = gl_record(&op_lse, 1, &a, 1, out);
   if (n) {
     save_span(n, &sp);
@@ -262,7 +307,7 @@ static const gl_op op_var = {"var", var_backward};
 
 int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased) {
   span3 sp;
-  int nd, shape[GL_MAX_DIMS];
+  int nd = 0, shape[GL_MAX_DIMS];
   int st = reduce_shape("var", a, dim, keepdim, &sp, &nd, shape);
   if (st) return st;
   float denom = (float)sp.n - (unbiased ? 1.0f : 0.0f);

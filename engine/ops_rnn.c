@@ -21,8 +21,13 @@
  * The transcendental functions are the branch-free float versions of vmath.h (exp by range
  * reduction and a polynomial, accurate to about 1 ulp) so the gate loops vectorise; libm's
  * scalar tanhf/expf would cost more than the sgemm at these sizes.
+ *
+ * Threads: each step's gate loops run their batch rows on the pool (parallel.h); the
+ * products stay on the calling thread (OpenBLAS's threads where they are big enough), and
+ * the bias gradient, a sum over every row and step, stays on one thread.
  */
 #include "glimpse_internal.h"
+#include "parallel.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -56,11 +61,30 @@ static inline int row_active(const rnn_run *r, int b, int t) {
   return !r->mask || r->mask[(size_t)b * r->T + t] != 0.0f;
 }
 
+/* one step's row loop on the pool: rows b in [lo, hi) */
+typedef struct {
+  rnn_run *r;
+  int t;
+  float *a;                      /* forward: the step's activations (or fill's destination) */
+  size_t lda;
+  const float *dy, *hprev, *cprev;
+  float *dh, *dc, *dgx, *dgh;    /* backward */
+} step_ctx;
+
+static void run_rows(size_t B, size_t cost, gl_range_fn fn, step_ctx c) {
+  gl_parallel_for(B, cost, fn, &c);
+}
+
 /* dst (B rows of `ld` stride) = xp[:, t] + b_hh  (the part of the pre-activation that does
  * not depend on h) */
-static void fill_input_part(const rnn_run *r, int t, float *dst, size_t ld) {
-  int G = r->G;
-  for (int b = 0; b < r->B; b++) {
+static void fill_rows(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const step_ctx *k = ctx;
+  const rnn_run *r = k->r;
+  int G = r->G, t = k->t;
+  float *dst = k->a;
+  size_t ld = k->lda;
+  for (int b = (int)lo; b < (int)hi; b++) {
     const float *x = r->xp + ((size_t)b * r->T + t) * G;
     float *d = dst + (size_t)b * ld;
     if (r->bias)
@@ -70,28 +94,55 @@ static void fill_input_part(const rnn_run *r, int t, float *dst, size_t ld) {
   }
 }
 
+static void fill_input_part(rnn_run *r, int t, float *dst, size_t ld) {
+  run_rows((size_t)r->B, (size_t)r->G, fill_rows, (step_ctx){.r = r, .t = t, .a = dst, .lda = ld});
+}
+
+/* an RNN or LSTM step: a = xp[:, t] + b_hh + h W_hh^T (G = gates * H columns), then the
+ * kind's row loop (`cost` operations per unit of H) */
+static void gated_step_forward(rnn_run *r, int t, float *a, size_t lda, size_t cost,
+                               gl_range_fn rows) {
+  int B = r->B, H = r->H;
+  fill_input_part(r, t, a, lda);
+  gl_sgemm(0, 1, B, r->G, H, 1.0f, r->h, H, r->w, H, 1.0f, a, (int)lda);
+  run_rows((size_t)B, cost * (size_t)H, rows, (step_ctx){.r = r, .t = t, .a = a, .lda = lda});
+}
+
 /* ------------------------------------------------------------------------ */
 /* Elman RNN step: h' = act(xp + h W_hh^T + b_hh), act = tanh or relu; a = h' is saved
  * backward: da = dh' * act'(a) (1 - a^2 for tanh, [a > 0] for relu); dxp = da, dh = da W_hh */
 
+/* the row loop of the RNN and LSTM steps (the LSTM's row kernel is in its section) */
+static void rnn_rows_fwd(void *ctx, size_t lo, size_t hi, int slot);
+static void lstm_row_forward(int H, float *restrict ai, float *restrict af, float *restrict ag,
+                             float *restrict ao, float *restrict c, float *restrict h);
+
 static void rnn_step_forward(rnn_run *r, int t, float *a, size_t lda) {
-  int B = r->B, H = r->H;
-  fill_input_part(r, t, a, lda);
-  gl_sgemm(0, 1, B, H, H, 1.0f, r->h, H, r->w, H, 1.0f, a, (int)lda);
+  gated_step_forward(r, t, a, lda, 10, rnn_rows_fwd);
+}
+
+static void rnn_rows_fwd(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const step_ctx *k = ctx;
+  rnn_run *r = k->r;
+  int H = r->H, t = k->t;
+  float *a = k->a;
+  size_t lda = k->lda;
   int relu = r->kind == RNN_RELU;
-  for (int b = 0; b < B; b++) {
+  for (int b = (int)lo; b < (int)hi; b++) {
     float *ar = a + (size_t)b * lda, *h = r->h + (size_t)b * H;
     float *y = r->y ? r->y + ((size_t)b * r->T + t) * H : NULL;
     if (!row_active(r, b, t)) {
       if (y) memset(y, 0, sizeof(float) * (size_t)H);
       continue;
     }
-    if (relu)
-      for (int j = 0; j < H; j++) ar[j] = ar[j] > 0.0f ? ar[j] : 0.0f;
+    if (r->kind == RNN_LSTM)
+      lstm_row_forward(H, ar, ar + H, ar + 2 * H, ar + 3 * H, r->c + (size_t)b * H, h);
+    else if (relu)
+      for (int j = 0; j < H; j++) h[j] = ar[j] = ar[j] > 0.0f ? ar[j] : 0.0f;
     else
-      for (int j = 0; j < H; j++) ar[j] = vm_tanh(ar[j]);
-    memcpy(h, ar, sizeof(float) * (size_t)H);
-    if (y) memcpy(y, ar, sizeof(float) * (size_t)H);
+      for (int j = 0; j < H; j++) h[j] = ar[j] = vm_tanh(ar[j]);
+    if (y) memcpy(y, h, sizeof(float) * (size_t)H);
   }
 }
 
@@ -107,10 +158,11 @@ static void rnn_row_backward(int H, int relu, const float *restrict a, float *re
 }
 
 /* dh += dy[:, t] for the active rows: the output's gradient joins the state's */
-static void add_output_grad(const rnn_run *r, int t, const float *dy, float *dh) {
+static void add_output_grad(const rnn_run *r, int t, const float *dy, float *dh, int b0,
+                            int b1) {
   if (!dy) return;
   int H = r->H;
-  for (int b = 0; b < r->B; b++) {
+  for (int b = b0; b < b1; b++) {
     if (!row_active(r, b, t)) continue;
     const float *restrict gy = dy + ((size_t)b * r->T + t) * H;
     float *restrict d = dh + (size_t)b * H;
@@ -118,16 +170,24 @@ static void add_output_grad(const rnn_run *r, int t, const float *dy, float *dh)
   }
 }
 
+static void rnn_rows_bwd(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const step_ctx *k = ctx;
+  const rnn_run *r = k->r;
+  int H = r->H, T = r->T, t = k->t, relu = r->kind == RNN_RELU;
+  add_output_grad(r, t, k->dy, k->dh, (int)lo, (int)hi);
+  for (int b = (int)lo; b < (int)hi; b++) {
+    if (!row_active(r, b, t)) continue;
+    size_t bt = (size_t)b * T + t;
+    rnn_row_backward(H, relu, r->A + bt * H, k->dh + (size_t)b * H, k->dgx + bt * H);
+  }
+}
+
 static void rnn_step_backward(const rnn_run *r, int t, const float *dy, float *dh, float *dc,
                               float *dgx, float *dgh, const float *hprev, const float *cprev) {
   (void)dc; (void)dgh; (void)hprev; (void)cprev;
-  int H = r->H, T = r->T, relu = r->kind == RNN_RELU;
-  add_output_grad(r, t, dy, dh);
-  for (int b = 0; b < r->B; b++) {
-    if (!row_active(r, b, t)) continue;
-    size_t bt = (size_t)b * T + t;
-    rnn_row_backward(H, relu, r->A + bt * H, dh + (size_t)b * H, dgx + bt * H);
-  }
+  run_rows((size_t)r->B, 4 * (size_t)r->H, rnn_rows_bwd,
+           (step_ctx){.r = (rnn_run *)r, .t = t, .dy = dy, .dh = dh, .dgx = dgx});
 }
 
 /* ------------------------------------------------------------------------ */
@@ -156,20 +216,9 @@ static void lstm_row_forward(int H, float *restrict ai, float *restrict af, floa
 }
 
 static void lstm_step_forward(rnn_run *r, int t, float *a, size_t lda) {
-  int B = r->B, H = r->H;
-  fill_input_part(r, t, a, lda);
-  gl_sgemm(0, 1, B, 4 * H, H, 1.0f, r->h, H, r->w, H, 1.0f, a, (int)lda);
-  for (int b = 0; b < B; b++) {
-    float *ar = a + (size_t)b * lda, *h = r->h + (size_t)b * H;
-    float *y = r->y ? r->y + ((size_t)b * r->T + t) * H : NULL;
-    if (!row_active(r, b, t)) {
-      if (y) memset(y, 0, sizeof(float) * (size_t)H);
-      continue;
-    }
-    lstm_row_forward(H, ar, ar + H, ar + 2 * H, ar + 3 * H, r->c + (size_t)b * H, h);
-    if (y) memcpy(y, h, sizeof(float) * (size_t)H);
-  }
+  gated_step_forward(r, t, a, lda, 60, rnn_rows_fwd);
 }
+
 
 static void lstm_row_backward(int H, const float *restrict i, const float *restrict f,
                               const float *restrict g, const float *restrict o,
@@ -188,19 +237,29 @@ static void lstm_row_backward(int H, const float *restrict i, const float *restr
   }
 }
 
-static void lstm_step_backward(const rnn_run *r, int t, const float *dy, float *dh, float *dc,
-                               float *dgx, float *dgh, const float *hprev, const float *cprev) {
-  (void)dgh; (void)hprev;
-  int H = r->H, T = r->T;
-  add_output_grad(r, t, dy, dh);
-  for (int b = 0; b < r->B; b++) {
+static void lstm_rows_bwd(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const step_ctx *k = ctx;
+  const rnn_run *r = k->r;
+  int H = r->H, T = r->T, t = k->t;
+  add_output_grad(r, t, k->dy, k->dh, (int)lo, (int)hi);
+  for (int b = (int)lo; b < (int)hi; b++) {
     if (!row_active(r, b, t)) continue;
     size_t bt = (size_t)b * T + t;
     const float *a = r->A + bt * 4 * H;
-    float *g = dgx + bt * 4 * H;
-    lstm_row_backward(H, a, a + H, a + 2 * H, a + 3 * H, cprev + bt * H, dh + (size_t)b * H,
-                      dc + (size_t)b * H, g, g + H, g + 2 * H, g + 3 * H);
+    float *g = k->dgx + bt * 4 * H;
+    lstm_row_backward(H, a, a + H, a + 2 * H, a + 3 * H, k->cprev + bt * H,
+                      k->dh + (size_t)b * H, k->dc + (size_t)b * H, g, g + H, g + 2 * H,
+                      g + 3 * H);
   }
+}
+
+static void lstm_step_backward(const rnn_run *r, int t, const float *dy, float *dh, float *dc,
+                               float *dgx, float *dgh, const float *hprev, const float *cprev) {
+  (void)dgh; (void)hprev;
+  run_rows((size_t)r->B, 40 * (size_t)r->H, lstm_rows_bwd,
+           (step_ctx){.r = (rnn_run *)r, .t = t, .dy = dy, .dh = dh, .dc = dc, .dgx = dgx,
+                      .cprev = cprev});
 }
 
 /* ------------------------------------------------------------------------ */
@@ -229,6 +288,8 @@ static void gru_row_forward(int H, const float *restrict xr, const float *restri
   }
 }
 
+static void gru_rows_fwd(void *ctx, size_t lo, size_t hi, int slot);
+
 static void gru_step_forward(rnn_run *r, int t, float *a, size_t lda) {
   int B = r->B, H = r->H, G = 3 * H;
   float *hp = r->tmp;
@@ -238,7 +299,17 @@ static void gru_step_forward(rnn_run *r, int t, float *a, size_t lda) {
     else memset(d, 0, sizeof(float) * (size_t)G);
   }
   gl_sgemm(0, 1, B, G, H, 1.0f, r->h, H, r->w, H, 1.0f, hp, G);
-  for (int b = 0; b < B; b++) {
+  run_rows((size_t)B, 50 * (size_t)H, gru_rows_fwd, (step_ctx){.r = r, .t = t, .a = a, .lda = lda});
+}
+
+static void gru_rows_fwd(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const step_ctx *k = ctx;
+  rnn_run *r = k->r;
+  int H = r->H, G = 3 * H, t = k->t;
+  float *a = k->a, *hp = r->tmp;
+  size_t lda = k->lda;
+  for (int b = (int)lo; b < (int)hi; b++) {
     float *h = r->h + (size_t)b * H;
     float *y = r->y ? r->y + ((size_t)b * r->T + t) * H : NULL;
     if (!row_active(r, b, t)) {
@@ -272,19 +343,28 @@ static void gru_row_backward(int H, const float *restrict r, const float *restri
   }
 }
 
-static void gru_step_backward(const rnn_run *r, int t, const float *dy, float *dh, float *dc,
-                              float *dgx, float *dgh, const float *hprev, const float *cprev) {
-  (void)dc; (void)cprev;
-  int H = r->H, T = r->T, G = 3 * H;
-  add_output_grad(r, t, dy, dh);
-  for (int b = 0; b < r->B; b++) {
+static void gru_rows_bwd(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const step_ctx *k = ctx;
+  const rnn_run *r = k->r;
+  int H = r->H, T = r->T, G = 3 * H, t = k->t;
+  add_output_grad(r, t, k->dy, k->dh, (int)lo, (int)hi);
+  for (int b = (int)lo; b < (int)hi; b++) {
     if (!row_active(r, b, t)) continue;
     size_t bt = (size_t)b * T + t;
     const float *a = r->A + bt * 4 * H;
-    float *gx = dgx + bt * G, *gh = dgh + bt * G;
-    gru_row_backward(H, a, a + H, a + 2 * H, a + 3 * H, hprev + bt * H, dh + (size_t)b * H,
-                     gx, gx + H, gx + 2 * H, gh, gh + H, gh + 2 * H);
+    float *gx = k->dgx + bt * G, *gh = k->dgh + bt * G;
+    gru_row_backward(H, a, a + H, a + 2 * H, a + 3 * H, k->hprev + bt * H,
+                     k->dh + (size_t)b * H, gx, gx + H, gx + 2 * H, gh, gh + H, gh + 2 * H);
   }
+}
+
+static void gru_step_backward(const rnn_run *r, int t, const float *dy, float *dh, float *dc,
+                              float *dgx, float *dgh, const float *hprev, const float *cprev) {
+  (void)dc; (void)cprev;
+  run_rows((size_t)r->B, 30 * (size_t)r->H, gru_rows_bwd,
+           (step_ctx){.r = (rnn_run *)r, .t = t, .dy = dy, .dh = dh, .dgx = dgx, .dgh = dgh,
+                      .hprev = hprev});
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1,10 +1,12 @@
 /* ops_shape.c -- shape ops.  reshape, squeeze/unsqueeze, and select/narrow on the first dim
  * share storage with their input (views); everything that would need strides (transpose,
  * permute, narrow or select on an inner dim) copies.  Also the indexing ops: index_select,
- * gather, scatter_add, embedding, and cat / stack / expand.
+ * gather, scatter_add, embedding, and cat / stack / expand.  permute's copies (multi-head
+ * attention's head split and merge) run their rows on the thread pool (parallel.h).
  */
 #include "glimpse_internal.h"
 #include "ops_span.h"
+#include "parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -38,9 +40,40 @@ static int make_view(gl_tensor **out, gl_tensor *a, int ndim, const int *shape, 
 /* reshape (a view): out has a's elements in a's order under a new shape
  * backward: ga += gout read with a's shape */
 
+/* dst[o * dstride + i] += src[o * sstride + i] for o < outer, i < width: the gradient adds of
+ * the slab ops (reshape, narrow, cat), on the pool by pieces of rows of up to SLAB_PIECE */
+#define SLAB_PIECE ((size_t)4096)
+typedef struct {
+  float *dst;
+  const float *src;
+  size_t dstride, sstride, width, pieces;   /* pieces per row */
+} slab_ctx;
+
+static void slab_add_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const slab_ctx *c = ctx;
+  for (size_t q = lo; q < hi; q++) {
+    size_t o = q / c->pieces, i0 = q % c->pieces * SLAB_PIECE;
+    size_t i1 = i0 + SLAB_PIECE < c->width ? i0 + SLAB_PIECE : c->width;
+    float *restrict d = c->dst + o * c->dstride;
+    const float *restrict sp = c->src + o * c->sstride;
+    for (size_t i = i0; i < i1; i++) d[i] += sp[i];
+  }
+}
+
+static void slab_add(float *dst, size_t dstride, const float *src, size_t sstride, size_t outer,
+                     size_t width) {
+  if (!width || !outer) return;
+  size_t pieces = (width + SLAB_PIECE - 1) / SLAB_PIECE;
+  slab_ctx c = {dst, src, dstride, sstride, width, pieces};
+  gl_parallel_for(outer * pieces, width < SLAB_PIECE ? width : SLAB_PIECE, slab_add_range, &c);
+}
+
 static int reshape_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *g = gl_grad_of(n, 0);
-  if (g) for (size_t i = 0; i < g->numel; i++) g->data[i] += gout[0]->data[i];
+  int fresh;
+  gl_tensor *g = gl_grad_slot(n, 0, &fresh);
+  if (g && fresh) memcpy(g->data, gout[0]->data, g->numel * sizeof(float));
+  else if (g) slab_add(g->data, 0, gout[0]->data, 0, 1, g->numel);
   return GL_OK;
 }
 
@@ -104,45 +137,67 @@ int gl_squeeze(gl_tensor **out, gl_tensor *a, int dim) {
 /* permute: out[i_perm[0], ..., i_perm[n-1]] = a[i_0, ..., i_{n-1}], a copy
  * backward: ga += permute(gout, inverse perm) */
 
-static void permute_copy(const float *src, const int *sshape, int nd, const int *perm, float *dst) {
-  size_t sst[GL_MAX_DIMS], s = 1;
-  for (int i = nd - 1; i >= 0; i--) { sst[i] = s; s *= (size_t)sshape[i]; }
+/* The copy's geometry: the output walked row by row (rows of the last out dim), each row
+ * read from src with stride ost[nd-1]; rows go to the pool (parallel.h) in ranges. */
+typedef struct {
+  const float *src;
+  float *dst;
+  int nd, add;                        /* add: dst += instead of dst = */
   int oshape[GL_MAX_DIMS];
-  size_t ost[GL_MAX_DIMS]; /* stride in src for each out dim */
-  for (int i = 0; i < nd; i++) { oshape[i] = sshape[perm[i]]; ost[i] = sst[perm[i]]; }
-  if (s == 0) return;
-  if (nd == 0) { dst[0] = src[0]; return; }
-  int idx[GL_MAX_DIMS] = {0};
-  size_t off = 0, total = s, k = 0;
-  int inner = oshape[nd - 1];
-  size_t is = ost[nd - 1];
-  while (k < total) {
-    const float *p = src + off;
-    for (int j = 0; j < inner; j++) dst[k + j] = p[(size_t)j * is];
-    k += (size_t)inner;
+  size_t ost[GL_MAX_DIMS];            /* stride in src for each out dim */
+} permute_ctx;
+
+static void permute_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const permute_ctx *c = ctx;
+  int nd = c->nd, inner = c->oshape[nd - 1], idx[GL_MAX_DIMS] = {0};
+  size_t is = c->ost[nd - 1], off = 0, r = lo;
+  for (int i = nd - 2; i >= 0; i--) {   /* the source offset of row lo */
+    idx[i] = (int)(r % (size_t)c->oshape[i]);
+    r /= (size_t)c->oshape[i];
+    off += c->ost[i] * (size_t)idx[i];
+  }
+  for (size_t row = lo; row < hi; row++) {
+    const float *restrict p = c->src + off;
+    float *restrict d = c->dst + row * (size_t)inner;
+    if (is == 1 && c->add) for (int j = 0; j < inner; j++) d[j] += p[j];
+    else if (is == 1) memcpy(d, p, sizeof(float) * (size_t)inner);
+    else if (c->add) for (int j = 0; j < inner; j++) d[j] += p[(size_t)j * is];
+    else for (int j = 0; j < inner; j++) d[j] = p[(size_t)j * is];
     for (int i = nd - 2; i >= 0; i--) {
       idx[i]++;
-      off += ost[i];
-      if (idx[i] < oshape[i]) break;
-      off -= ost[i] * (size_t)oshape[i];
+      off += c->ost[i];
+      if (idx[i] < c->oshape[i]) break;
+      off -= c->ost[i] * (size_t)c->oshape[i];
       idx[i] = 0;
     }
   }
 }
 
+/* dst (=, or += when add) src permuted: dst[i_perm[0], ..., i_perm[n-1]] = src[i_0, ...] */
+static void permute_copy(const float *src, const int *sshape, int nd, const int *perm, float *dst,
+                         int add) {
+  permute_ctx c = {src, dst, nd, add, {0}, {0}};
+  size_t sst[GL_MAX_DIMS], s = 1;
+  for (int i = nd - 1; i >= 0; i--) { sst[i] = s; s *= (size_t)sshape[i]; }
+  for (int i = 0; i < nd; i++) { c.oshape[i] = sshape[perm[i]]; c.ost[i] = sst[perm[i]]; }
+  if (s == 0) return;
+  if (nd == 0) { dst[0] = add ? dst[0] + src[0] : src[0]; return; }
+  size_t inner = (size_t)c.oshape[nd - 1];
+  gl_parallel_for(s / inner, inner * 2, permute_range, &c);
+}
+
 typedef struct { int perm[GL_MAX_DIMS]; } permute_state;
 
+/* the gradient goes straight into its buffer: written when fresh, added otherwise */
 static int permute_backward(gl_node *n, gl_tensor **gout) {
-  gl_tensor *g = gl_grad_of(n, 0);
+  int fresh;
+  gl_tensor *g = gl_grad_slot(n, 0, &fresh);
   if (!g) return GL_OK;
   int nd = g->ndim, inv[GL_MAX_DIMS];
   const int *perm = GL_NODE_STATE(n, permute_state)->perm;
   for (int i = 0; i < nd; i++) inv[perm[i]] = i;
-  float *tmp = gl_scratch_alloc(g->numel);
-  if (!tmp) return gl_fail(GL_ENOMEM, "permute backward: out of memory");
-  permute_copy(gout[0]->data, gout[0]->shape, nd, inv, tmp);
-  for (size_t i = 0; i < g->numel; i++) g->data[i] += tmp[i];
-  gl_scratch_free(tmp, g->numel);
+  permute_copy(gout[0]->data, gout[0]->shape, nd, inv, g->data, !fresh);
   return GL_OK;
 }
 
@@ -159,7 +214,7 @@ int gl_permute(gl_tensor **out, gl_tensor *a, const int *perm) {
   }
   int st = gl_empty(out, a->ndim, shape);
   if (st) return st;
-  permute_copy(a->data, a->shape, a->ndim, perm, (*out)->data);
+  permute_copy(a->data, a->shape, a->ndim, perm, (*out)->data, 0);
   gl_node *n = gl_record(&op_permute, 1, &a, 1, out);
   if (n) memcpy(GL_NODE_STATE(n, permute_state)->perm, perm, sizeof(int) * (size_t)a->ndim);
   return GL_OK;
@@ -189,11 +244,7 @@ static int narrow_backward(gl_node *n, gl_tensor **gout) {
   const narrow_state *ns = GL_NODE_STATE(n, narrow_state);
   gl_dim_span(g, ns->dim, &outer, &len, &inner);
   size_t start = (size_t)ns->start, cnt = (size_t)ns->len;
-  for (size_t o = 0; o < outer; o++) {
-    float *dst = g->data + (o * len + start) * inner;
-    const float *src = gout[0]->data + o * cnt * inner;
-    for (size_t k = 0; k < cnt * inner; k++) dst[k] += src[k];
-  }
+  slab_add(g->data + start * inner, len * inner, gout[0]->data, cnt * inner, outer, cnt * inner);
   return GL_OK;
 }
 
@@ -495,12 +546,7 @@ static int cat_backward(gl_node *n, gl_tensor **gout) {
   for (int k = 0; k < n->nin; k++) {
     size_t len = (size_t)n->in[k]->shape[dim];
     gl_tensor *g = gl_grad_of(n, k);
-    if (g)
-      for (size_t o = 0; o < outer; o++) {
-        float *dst = g->data + o * len * inner;
-        const float *src = go->data + (o * total + off) * inner;
-        for (size_t i = 0; i < len * inner; i++) dst[i] += src[i];
-      }
+    if (g) slab_add(g->data, len * inner, go->data + off * inner, total * inner, outer, len * inner);
     off += len;
   }
   return GL_OK;

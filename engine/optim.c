@@ -18,8 +18,11 @@
  *
  * Every update bumps the version of the tensors it writes, like any other in-place write.
  * The updates run whether or not grad mode is on: they are outside the graph by nature.
+ * SGD and Adam/AdamW run large tensors on the thread pool (parallel.h) by ranges of elements
+ * (Adam's by whole blocks); every element's arithmetic is the same on any thread.
  */
 #include "glimpse.h"
+#include "parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -102,6 +105,24 @@ INLINE void sgd_loop(size_t n, float *restrict pd, const float *restrict gd,
   }
 }
 
+typedef struct {
+  float *p, *buf, *m, *v, *vmax;
+  const float *g;
+  const void *hp;
+  int first;
+  size_t n;   /* Adam: the element count */
+} optim_ctx;
+
+static void sgd_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const optim_ctx *c = ctx;
+  const sgd_hp h = *(const sgd_hp *)c->hp;
+  size_t n = hi - lo;
+  if (!c->buf) sgd_loop(n, c->p + lo, c->g + lo, NULL, h, 0, 0);
+  else if (c->first) sgd_loop(n, c->p + lo, c->g + lo, c->buf + lo, h, 1, 1);
+  else sgd_loop(n, c->p + lo, c->g + lo, c->buf + lo, h, 1, 0);
+}
+
 int gl_sgd_update(gl_tensor *p, const gl_tensor *g, gl_tensor *buf, int first, double lr,
                   double momentum, double dampening, double weight_decay, int nesterov,
                   int maximize) {
@@ -109,10 +130,9 @@ int gl_sgd_update(gl_tensor *p, const gl_tensor *g, gl_tensor *buf, int first, d
   if (momentum != 0) CHECK(check_like("sgd", p, buf, "momentum_buffer"));
   const sgd_hp h = {(float)weight_decay, (float)momentum, (float)(1.0 - dampening),
                     (float)(-lr), weight_decay != 0, nesterov, maximize};
-  size_t n = p->numel;
-  if (momentum == 0) sgd_loop(n, p->data, g->data, NULL, h, 0, 0);
-  else if (first) sgd_loop(n, p->data, g->data, buf->data, h, 1, 1);
-  else sgd_loop(n, p->data, g->data, buf->data, h, 1, 0);
+  optim_ctx c = {p->data, momentum == 0 ? NULL : buf->data, NULL, NULL, NULL, g->data, &h,
+                 first, p->numel};
+  gl_parallel_for(p->numel, 4, sgd_range, &c);
   p->version++;
   if (momentum != 0) buf->version++;
   return GL_OK;
@@ -155,6 +175,20 @@ INLINE void adam_block(size_t k, float *restrict pd, const float *restrict gd,
   }
 }
 
+/* blocks [lo, hi) of BLOCK elements */
+static void adam_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const optim_ctx *c = ctx;
+  const adam_hp h = *(const adam_hp *)c->hp;
+  size_t n = c->n;
+  float d[BLOCK];
+  for (size_t s = lo * BLOCK; s < hi * BLOCK && s < n; s += BLOCK) {
+    size_t k = n - s < BLOCK ? n - s : BLOCK;
+    if (c->vmax) adam_block(k, c->p + s, c->g + s, c->m + s, c->v + s, c->vmax + s, d, h, 1);
+    else adam_block(k, c->p + s, c->g + s, c->m + s, c->v + s, NULL, d, h, 0);
+  }
+}
+
 int gl_adam_update(gl_tensor *p, const gl_tensor *g, gl_tensor *exp_avg, gl_tensor *exp_avg_sq,
                    gl_tensor *max_exp_avg_sq, int64_t step, double lr, double beta1,
                    double beta2, double eps, double weight_decay, int decoupled, int maximize) {
@@ -169,15 +203,9 @@ int gl_adam_update(gl_tensor *p, const gl_tensor *g, gl_tensor *exp_avg, gl_tens
   const adam_hp h = {(float)beta1, (float)(1.0 - beta1), (float)beta2, (float)(1.0 - beta2),
                      (float)eps, (float)sqrt(bc2), (float)(-(lr / bc1)), (float)weight_decay,
                      (float)(1.0 - lr * weight_decay), decoupled, weight_decay != 0, maximize};
-  float d[BLOCK];
-  float *pd = p->data, *m = exp_avg->data, *v = exp_avg_sq->data;
-  float *vmax = max_exp_avg_sq ? max_exp_avg_sq->data : NULL;
-  const float *gd = g->data;
-  for (size_t s = 0; s < p->numel; s += BLOCK) {
-    size_t k = p->numel - s < BLOCK ? p->numel - s : BLOCK;
-    if (vmax) adam_block(k, pd + s, gd + s, m + s, v + s, vmax + s, d, h, 1);
-    else adam_block(k, pd + s, gd + s, m + s, v + s, NULL, d, h, 0);
-  }
+  optim_ctx c = {p->data, NULL, exp_avg->data, exp_avg_sq->data,
+                 max_exp_avg_sq ? max_exp_avg_sq->data : NULL, g->data, &h, 0, p->numel};
+  gl_parallel_for((p->numel + BLOCK - 1) / BLOCK, 12 * BLOCK, adam_range, &c);
   p->version++;
   exp_avg->version++;
   exp_avg_sq->version++;

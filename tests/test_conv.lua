@@ -1,4 +1,4 @@
--- tests/test_conv.lua -- the conv, pooling and normalisation ops (engine/ops_conv.c,
+-- tests/test_conv.lua -- the conv, pooling and normalisation ops (engine/ops_conv.c, ops_pool.c,
 -- engine/ops_norm.c, bindings/l_nn.c).
 --
 -- The im2col convolution is held against the direct-loop oracle (outputs and every
@@ -108,6 +108,18 @@ function T.test_conv2d_per_image_and_chunked_paths_match_direct_loops()
   end
 end
 
+function T.test_conv2d_large_image_in_bands_matches_direct_loops()
+  -- an image whose columns pass 2^20 floats (here 16*5*5 rows x 60*57 columns) is done in
+  -- bands of output rows (forward), odd band ends included
+  glimpse.manual_seed(13)
+  local x, w, b = glimpse.randn(2, 16, 61, 57), glimpse.randn(6, 16, 5, 5), glimpse.randn(6)
+  local opts = {padding = {1, 2}}
+  local y1 = glimpse.no_grad(function() return glimpse.conv2d(x, w, b, opts) end)
+  local y2 = glimpse.no_grad(function() return glimpse._conv2d_naive(x, w, b, opts) end)
+  lu.assertEquals(y1:size(), {2, 6, 59, 57})
+  assert_close(y1, y2, ORACLE_RTOL, "banded output")
+end
+
 -- 3x3 stride-1 convolutions with 16 or more channels in and out go through Winograd
 -- F(2x2, 3x3) (forward and input gradient); odd output sizes leave half-empty edge tiles,
 -- padding 0..2 covers every adjoint padding (2 - p).
@@ -117,6 +129,7 @@ local WINOGRAD_CASES = {
   {3, 20, 8, 8, 24, 0, true},
   {2, 16, 6, 5, 18, 2, false},
   {1, 32, 5, 12, 16, {0, 2}, true},
+  {1, 16, 131, 129, 16, 1, true},   -- 66x65 tiles: too big for one chunk, done in bands
 }
 local WINOGRAD_RTOL = 1e-5     -- the transforms' extra rounding, relative to the largest entry
 
@@ -275,6 +288,28 @@ function T.test_max_pool2d_propagates_nan()
     x:reshape(k * k)[k * k] = 0 / 0
     local y = glimpse.max_pool2d(x, k):item()
     lu.assertTrue(y ~= y, "window " .. k .. " gave " .. y)
+  end
+end
+
+function T.test_max_pool2d_without_indices_matches_the_indexed_path()
+  -- under no_grad (no indices kept) windows other than 2x2 take the separable two-pass path;
+  -- it must give what the indexed path gives, against PyTorch too, NaN included
+  local f = fixture("nn_max_pool2d")
+  local y = glimpse.no_grad(function() return glimpse.max_pool2d(f["input.x"], 3, 2, 1) end)
+  assert_close(y, f["output.y"], EXACT, "fixture, no indices")
+  glimpse.manual_seed(3)
+  for _, c in ipairs({{3, 2, 1}, {3, 1, 1}, {2, 1, 0}, {5, 3, 2}, {3, 3, 0}, {4, 2, 1}}) do
+    local x = glimpse.randn(2, 3, 11, 9)
+    local want = glimpse.max_pool2d(x:clone():requires_grad(), c[1], c[2], c[3]):detach()
+    local got = glimpse.no_grad(function() return glimpse.max_pool2d(x, c[1], c[2], c[3]) end)
+    lu.assertEquals(got:ne(want):sum():item(), 0, table.concat(c, ","))
+  end
+  local x = glimpse.zeros(1, 1, 5, 5)
+  x:reshape(25)[13] = 0 / 0
+  local y = glimpse.no_grad(function() return glimpse.max_pool2d(x, 3, 2, 1) end)
+  local got = y:reshape(9):totable()
+  for i, v in ipairs(got) do   -- only the middle window holds the NaN; the rest are 0
+    if i == 5 then lu.assertTrue(v ~= v, "the NaN window") else lu.assertEquals(v, 0) end
   end
 end
 

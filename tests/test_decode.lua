@@ -344,6 +344,45 @@ function T.test_batch_items_are_decoded_independently()
   end
 end
 
+function T.test_beam_passes_unchanged_per_item_state_through_until_an_item_finishes()
+  -- toy_step hands state.item back as it got it: a tensor whose K rows per item are equal,
+  -- so reordering beams (always within an item) needs no copy of it until rows are dropped;
+  -- the hypotheses must be those of a step that hands back a fresh copy every time
+  local max_len, items = 5, {4, 11, 2, 8}
+  local inner, seen = toy_step(max_len), {}
+  local function step(tokens, state, t)
+    seen[t] = {item = state.item, rows = state.item.shape[1]}
+    return inner(tokens, state, t)
+  end
+  local function copying(tokens, state, t)
+    local lp, new, attn = inner(tokens, state, t)
+    new.item = new.item:clone()
+    return lp, new, attn
+  end
+  local opts = {beam = 3, n_best = 3, max_len = max_len, length_penalty = 0.6}
+  local a = decode.beam(step, toy_state(items, max_len), opts)
+  local b = decode.beam(copying, toy_state(items, max_len), opts)
+  for i = 1, #items do
+    lu.assertEquals(#a[i], #b[i])
+    for j = 1, #a[i] do
+      lu.assertEquals(a[i][j].tokens, b[i][j].tokens)
+      lu.assertEquals(a[i][j].score, b[i][j].score)
+      lu.assertEquals(a[i][j].alignment, b[i][j].alignment)
+    end
+  end
+  local passed, copied = 0, 0
+  for t = 2, #seen do
+    if seen[t].rows == seen[t - 1].rows then
+      lu.assertTrue(seen[t].item == seen[t - 1].item, "step " .. t .. ": copied with no item finished")
+      passed = passed + 1
+    else
+      lu.assertFalse(seen[t].item == seen[t - 1].item)
+      copied = copied + 1
+    end
+  end
+  lu.assertTrue(passed > 0 and copied > 0, string.format("passed %d, copied %d", passed, copied))
+end
+
 function T.test_state_reorder_follows_the_surviving_beams()
   -- the model checks, from its state alone, that each row's recorded prefix is exactly the
   -- prefix the decoder is extending (the token it feeds is the prefix's last one)

@@ -419,26 +419,13 @@ end
 
 
 -- The n best candidates (score, beam k, token v) of one item from its K rows (base+1 ..
--- base+K): a bounded min-heap on "worse", ties broken towards the lower beam then the lower
--- token, so the result does not depend on the order candidates arrive in.  Also says
--- whether any log-prob was above 0 (then no early-stopping bound holds).
+-- base+K), best first, ties broken towards the lower beam then the lower token, so the
+-- result does not depend on the order candidates arrive in.  n is 2 * beam, small: the
+-- list is kept sorted by insertion, and a candidate below its worst is rejected with one
+-- comparison (the hot loop of a beam step over a whole vocabulary).  Also says whether any
+-- log-prob was above 0 (then no early-stopping bound holds).
 local function top_candidates(vals, ids, base, scores, K, n)
-  local hs, hk, hv, size = {}, {}, {}, 0
-  local function swap(i, j)
-    hs[i], hs[j] = hs[j], hs[i]
-    hk[i], hk[j] = hk[j], hk[i]
-    hv[i], hv[j] = hv[j], hv[i]
-  end
-  local function down(i)
-    while true do
-      local l, r, m = 2 * i, 2 * i + 1, i
-      if l <= size and worse(hs[l], hk[l], hv[l], hs[m], hk[m], hv[m]) then m = l end
-      if r <= size and worse(hs[r], hk[r], hv[r], hs[m], hk[m], hv[m]) then m = r end
-      if m == i then return end
-      swap(i, m)
-      i = m
-    end
-  end
+  local cs, ck, cv, size = {}, {}, {}, 0
   local positive = false
   for k = 1, K do
     local sk = scores[k]
@@ -447,29 +434,24 @@ local function top_candidates(vals, ids, base, scores, K, n)
       for j = 1, #row do
         local x = row[j]
         if x > 0 then positive = true end
-        local s, v = sk + x, math.tointeger(rid[j])
-        if s > NEG_INF then
-          if size < n then
-            size = size + 1
-            hs[size], hk[size], hv[size] = s, k, v
-            local i = size
-            while i > 1 do
-              local p = i // 2
-              if worse(hs[i], hk[i], hv[i], hs[p], hk[p], hv[p]) then swap(i, p); i = p else break end
+        local s = sk + x
+        if s > NEG_INF and (size < n or s >= cs[size]) then
+          local v = math.tointeger(rid[j])
+          if size < n or worse(cs[size], ck[size], cv[size], s, k, v) then
+            local i = size + 1         -- a new slot, or the worst's when the list is full
+            if size < n then size = i else i = size end
+            while i > 1 and worse(cs[i - 1], ck[i - 1], cv[i - 1], s, k, v) do
+              cs[i], ck[i], cv[i] = cs[i - 1], ck[i - 1], cv[i - 1]
+              i = i - 1
             end
-          elseif worse(hs[1], hk[1], hv[1], s, k, v) then
-            hs[1], hk[1], hv[1] = s, k, v
-            down(1)
+            cs[i], ck[i], cv[i] = s, k, v
           end
         end
       end
     end
   end
-  local order = {}
-  for i = 1, size do order[i] = i end
-  table.sort(order, function(a, b) return worse(hs[b], hk[b], hv[b], hs[a], hk[a], hv[a]) end)
   local cands = {}
-  for i, j in ipairs(order) do cands[i] = {hs[j], hk[j], hv[j]} end
+  for i = 1, size do cands[i] = {cs[i], ck[i], cv[i]} end
   return cands, positive
 end
 
@@ -523,7 +505,18 @@ function M.beam(step, state, opts)
     -- K rows per item: item b's beams are rows (b-1)*K+1 .. b*K
     local expand = {}
     for b = 1, B do for k = 1, K do expand[(b - 1) * K + k] = b end end
-    state = reorder_value(state, expand, B, "state", keep_memo(fname, c.keep), fname)
+    local memo = keep_memo(fname, c.keep)
+    state = reorder_value(state, expand, B, "state", memo, fname)
+    -- Every state tensor now holds K equal rows per item.  One the step hands back unchanged
+    -- (the same tensor: the encoder's annotations, the attention's keys) keeps them equal,
+    -- and beams are only ever reordered within their own item, so reordering it changes
+    -- nothing: it passes through (no copy per step of what may be most of the state) until
+    -- an item finishes and rows are dropped.
+    local per_item = setmetatable({}, {__mode = "k"})
+    for _, r in pairs(memo) do
+      if glimpse.is_tensor(r) then per_item[r] = true end
+    end
+    for _, v in ipairs(c.keep or {}) do per_item[v] = nil end
     local beams, finished, serial = {}, {}, 0
     for b = 1, B do
       beams[b] = {}
@@ -615,7 +608,20 @@ function M.beam(step, state, opts)
         end
       end
       if #next_active == 0 then break end
-      state = reorder_value(state, idx, N, "state", keep_memo(fname, c.keep), fname)
+      local dropped = #next_active < #active
+      local rmemo = keep_memo(fname, c.keep)
+      if not dropped then
+        setmetatable(rmemo, {__index = function(_, v) return per_item[v] and v or nil end})
+      end
+      state = reorder_value(state, idx, N, "state", rmemo, fname)
+      if dropped then     -- the copies of per-item tensors are per item too
+        local fresh = {}
+        for v in pairs(per_item) do
+          local r = rawget(rmemo, v)
+          if r then fresh[r] = true end
+        end
+        for r in pairs(fresh) do per_item[r] = true end
+      end
       active = next_active
     end
 

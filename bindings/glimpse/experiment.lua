@@ -1,5 +1,5 @@
 --- glimpse.experiment -- what every experiment script does around its model: the common
--- flags, seeding, BLAS threads, the output folder, the configuration header, run.json (how
+-- flags, seeding, threads, the output folder, the configuration header, run.json (how
 -- the results were made, on what machine) and metrics.json.
 --
 --   local experiment = glimpse.experiment
@@ -28,21 +28,22 @@ end
 -- the common flags: name, help, default key, integer lower bound (nil: a number)
 local COMMON = {
   {"--seed", "random seed", "seed", 0},
-  {"--threads", "BLAS threads (0: leave as is)", "threads", 0},
+  {"--threads", "threads for the engine and OpenBLAS (0: every core, or GLIMPSE_THREADS)",
+   "threads", 0},
   {"--steps", "training steps (the step budget ends a run)", "steps", 0},
   {"--time-limit", "most training seconds (a guard; results come from the step budget)",
    "time_limit"},
   {"--eval-every", "steps between evaluations", "eval_every", 1},
   {"--log-every", "steps between progress lines", "log_every", 1},
 }
-local DEFAULTS = {seed = 1, threads = 1, steps = 1000, time_limit = 3600, eval_every = 250,
+local DEFAULTS = {seed = 1, threads = 0, steps = 1000, time_limit = 3600, eval_every = 250,
                   log_every = 50}
 local KNOWN_DEFAULTS = {seed = true, threads = true, steps = true, time_limit = true,
                         eval_every = true, log_every = true, out = true, quick = true}
 
 --- experiment.parser(name, description, defaults) -> an argparse parser with the common
 --- flags: --seed, --threads, --out, --quick, --steps, --time-limit, --config, --eval-every,
---- --log-every, --distributed.  defaults: {seed=1, threads=1, steps=1000, time_limit=3600,
+--- --log-every, --distributed.  defaults: {seed=1, threads=0, steps=1000, time_limit=3600,
 --- eval_every=250, log_every=50, out="out/<name>", quick={flag = value, ...}} where `quick`
 --- holds the values --quick puts in place (unless given on the command line).  steps = false:
 --- --steps has no default (args.steps is nil unless given; the script decides).  Add the
@@ -333,7 +334,7 @@ local function plain(t)
 end
 
 --- experiment.start(args, {name=, config=, out=, quiet=false}) -> run.  Seeds glimpse
---- (glimpse.manual_seed(args.seed)), sets the BLAS threads (args.threads > 0), creates the
+--- (glimpse.manual_seed(args.seed)), sets the threads (args.threads > 0; 1 per rank under --distributed), creates the
 --- output folder (args.out, or opts.out, or out/<name>) and prints the configuration
 --- header: the flags and the model config.
 function M.start(args, opts)
@@ -352,7 +353,10 @@ function M.start(args, opts)
   end
   glimpse.manual_seed(seed)
   if args.distributed then dist.init() end       -- rank 0 alone prints and writes
-  if args.threads and args.threads > 0 then glimpse.set_num_threads(math.tointeger(args.threads)) end
+  -- threads 0 keeps glimpse's own count (every core, or GLIMPSE_THREADS): results are the
+  -- same bits on any count; ranks of one mpirun share the cores, so each takes one
+  if args.threads and args.threads > 0 then glimpse.set_num_threads(math.tointeger(args.threads))
+  elseif args.distributed and dist.size() > 1 then glimpse.set_num_threads(1) end
   local dir = args.out or opts.out or ("out/" .. name)
   util.mkdir_p(dir)
   local run = setmetatable({name = name, args = args, config = opts.config or {}, dir = dir,
@@ -449,7 +453,7 @@ function Run:write_run_json(extra)
 end
 
 --- run:write_metrics(tbl [, file]) writes tbl to <out>/metrics.json (or <out>/<file>)
---- atomically (indent 2), adding threads (the BLAS threads) and params (after count_params)
+--- atomically (indent 2), adding threads (the thread count) and params (after count_params)
 --- when tbl has none.  Returns the path.
 function Run:write_metrics(tbl, file)
   if type(tbl) ~= "table" then fail(2, "run:write_metrics: expected a table, got %s", type(tbl)) end
