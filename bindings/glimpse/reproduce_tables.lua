@@ -218,6 +218,8 @@ T[#T + 1] = {name = "sat_scenes", title = "Show, Attend and Tell: soft vs hard (
 -- ---------------------------------------------------------------------------------------
 -- the compare harness (scripts/compare.lua, glimpse.compare: issue 11)
 
+-- full: one worker process (each configuration runs seeded on one BLAS thread, so the numbers
+-- do not depend on --jobs; one worker keeps to one core of the shared machine)
 local function compare_run(id, mechanisms, rows)
   return {id = id, script = "scripts/compare.lua", metrics = "results.json",
     needs = "glimpse.compare", needs_why = "the compare harness of issue 11 is not merged yet",
@@ -226,7 +228,7 @@ local function compare_run(id, mechanisms, rows)
               .. "re-running the command reuses them",
     flags = function(mode)
       return cat({"--mechanisms", mechanisms, "--tasks", "dates"},
-                 by(mode, {full = {"--seeds", 3, "--jobs", 2},
+                 by(mode, {full = {"--seeds", 3, "--jobs", 1},
                            quick = {"--seeds", 1, "--train-n", 3000, "--valid-n", 50, "--test-n", 30,
                                     "--test-lengths", "10,20,30,50", "--jobs", 2},
                            tiny = {"--seeds", 1, "--train-n", 20, "--valid-n", 4, "--test-n", 4,
