@@ -159,10 +159,11 @@ M.Captioner = Captioner
 --           the first half of the steps; the entropy bonus falls from 0.01 to 0 on the same
 --           schedule; test time reads the expected context (hard_eval = "soft")
 --   gumbel  straight-through Gumbel-softmax instead of REINFORCE (the forward pass reads one
---           sampled cell, the gradient flows through the relaxed weights), the same schedule
---           of soft_prob; test time reads the most likely cell (hard_eval = "argmax"), as
---           training's forward pass does (scripts/caption.lua's default: the sharpest maps
---           and the best BLEU of the three at the default budget)
+--           sampled cell, the gradient flows through the relaxed weights); soft_prob falls
+--           from 1 to 0.5 over all the steps (anneal = 1: three batches in four read the
+--           expected context on average); test time reads the most likely cell (hard_eval =
+--           "argmax"), as training's forward pass does (scripts/caption.lua's default: the
+--           sharpest maps and the best BLEU of the three)
 M.RECIPES = {
   paper = {soft_prob = 0.5, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0.01, anneal = 1,
            samples = 1, baseline = "average", estimator = "reinforce", tau = 1,
@@ -170,7 +171,7 @@ M.RECIPES = {
   loo = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0, anneal = 0.5,
          samples = 2, baseline = "loo", estimator = "reinforce", tau = 1, reward_weight = 1,
          hard_eval = "soft"},
-  gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 0.5,
+  gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 1,
             samples = 1, baseline = "average", estimator = "gumbel", tau = 1, reward_weight = 1,
             hard_eval = "argmax"},
 }
@@ -179,7 +180,7 @@ M.RECIPES = {
 ---           attention="soft"|"hard", score="additive", doubly_stochastic=1, gate=true,
 ---           deep_output=true, output_tanh=false, dropout=0, fine_tune=true,
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
----           hard_eval="argmax", samples=1, baseline="average"|"loo", estimator="reinforce",
+---           hard_eval="argmax", marginal_cells=8, samples=1, baseline="average"|"loo", estimator="reinforce",
 ---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, coords=false,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
@@ -189,7 +190,8 @@ M.RECIPES = {
 -- gate: the beta_t gating scalar.  deep_output=false: p(y_t) = softmax(W h_t).
 -- fine_tune=false: the encoder is frozen (no gradients; cap:trainable_parameters() leaves it
 -- out).  Hard attention: soft_prob, entropy (lambda_e), reward_weight (lambda_r),
--- baseline_decay, hard_eval ("argmax" | "sample" | "soft"), samples (K decodings per
+-- baseline_decay, hard_eval ("argmax" | "sample" | "soft" | "marginal": each word's
+-- distribution with the cell summed out over the marginal_cells likeliest), samples (K decodings per
 -- caption), baseline ("average": the paper's moving average; "loo": leave-one-out over the K
 -- samples, the default when K > 1), estimator ("reinforce" | "gumbel": straight-through
 -- Gumbel-softmax at temperature tau), soft_prob_end / entropy_end / anneal (schedules, see
