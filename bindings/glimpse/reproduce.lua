@@ -40,15 +40,19 @@ local function join(words)
   return table.concat(t, " ")
 end
 
+-- "a,b c" -> {"a", "b", "c"}; anything else as given
+local function words_of(list)
+  if type(list) ~= "string" then return list end
+  local t = {}
+  for x in list:gmatch("[^,%s]+") do t[#t + 1] = x end
+  return t
+end
+
 --- reproduce.select(names) -> the tables named (a list or comma list; nil: all); an error
 --- names an unknown one
 function M.select(names)
   if names == nil then return M.TABLES end
-  if type(names) == "string" then
-    local t = {}
-    for x in names:gmatch("[^,%s]+") do t[#t + 1] = x end
-    names = t
-  end
+  names = words_of(names)
   if type(names) ~= "table" then fail("reproduce.select: names must be a list, got %s", type(names)) end
   local by, out = {}, {}
   for _, t in ipairs(M.TABLES) do by[t.name] = t end
@@ -131,11 +135,7 @@ end
 
 local function id_set(runs)
   if runs == nil then return nil end
-  if type(runs) == "string" then
-    local t = {}
-    for x in runs:gmatch("[^,%s]+") do t[#t + 1] = x end
-    runs = t
-  end
+  runs = words_of(runs)
   if type(runs) ~= "table" then fail("reproduce.run: option 'runs' must be a list of run ids, got %s", type(runs)) end
   local set = {}
   for _, x in ipairs(runs) do set[x] = true end
