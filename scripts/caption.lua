@@ -57,7 +57,7 @@ choice("--baseline", "hard: average (moving average) | loo (leave-one-out, K > 1
 choice("--estimator", "hard: reinforce | gumbel (straight-through Gumbel-softmax)", {"reinforce", "gumbel"})
 num("--tau", "hard, gumbel: temperature")
 num("--reward-weight", "hard: REINFORCE weight lambda_r")
-choice("--hard-eval", "hard: what test time reads (also with --load)", {"argmax", "soft", "sample"})
+choice("--hard-eval", "hard: what test time reads (also with --load)", {"argmax", "soft", "sample", "marginal"})
 num("--train", "training scenes", "20000")
 num("--valid", "validation scenes", "500")
 num("--test", "test scenes", "500")
@@ -100,7 +100,7 @@ for k, v in pairs(RECIPES[args.recipe]) do cfg[k] = args[k] == nil and v or args
 local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)
 if args.init then cap:load_weights(args.init) end
 if args.load and args.hard_eval then                  -- a saved hard model read by another rule
-  cap.attention.hard_eval, cap.config.hard_eval = args.hard_eval, args.hard_eval
+  cap:set_hard_eval(args.hard_eval)
 end
 run.config = cap.config
 run:print(string.format("  %s: %d train / %d valid / %d test, vocab %d (data %.1fs)", name,

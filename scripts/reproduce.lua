@@ -18,6 +18,7 @@ local parser = experiment.parser("reproduce", "Run the papers' tables and write 
                                  {out = "out/reproduce"})
 parser:flag("--tiny", "seconds per table (the tests): numbers that mean nothing")
 parser:option("--tables", "comma list of tables (default: all)")
+parser:option("--runs", "comma list of run ids (default: all; the others are kept as recorded)")
 parser:option("--results", "folder of the <table>.json files (default results; --tiny: OUT/results)")
 parser:option("--doc", "the results page (default docs/results.md; --tiny: OUT/results.md)")
 parser:option("--exe", "the glimpse executable the runs use (default: this one)")
@@ -43,7 +44,7 @@ args.doc = args.doc or (args.tiny and args.out .. "/results.md" or "docs/results
 local exe = args.exe or arg[-1] or "build/glimpse"
 local timer = require("glimpse.util").Timer()
 local records = reproduce.run{mode = mode, out = args.out, results = args.results, doc = args.doc,
-                              tables = args.tables, exe = exe}
+                              tables = args.tables, runs = args.runs, exe = exe}
 local counts = {done = 0, failed = 0, skipped = 0}
 for _, t in ipairs(tables) do
   for _, r in pairs(records[t.name].runs) do counts[r.status] = (counts[r.status] or 0) + 1 end

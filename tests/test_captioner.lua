@@ -289,12 +289,71 @@ function T.test_hard_with_expected_context_batch_has_no_reinforce_term()
 end
 
 function T.test_hard_caption_runs_in_every_eval_mode()
-  for _, mode in ipairs({"argmax", "soft", "sample"}) do
+  for _, mode in ipairs({"argmax", "soft", "sample", "marginal"}) do
     local cap = tiny({attention = "hard", hard_eval = mode})
     local words, tokens, alphas = cap:caption(glimpse.rand(1, 16, 16), {beam = 2})
     lu.assertEquals(type(words), "string")
     lu.assertEquals(alphas.shape[1], #tokens)
   end
+end
+
+function T.test_marginal_rule_with_one_cell_decodes_as_argmax()
+  glimpse.manual_seed(21)
+  local cap = tiny({attention = "hard", hard_eval = "argmax"})
+  local imgs = glimpse.rand(3, 1, 16, 16)
+  for _, beam in ipairs({1, 2}) do
+    cap:set_hard_eval("argmax")
+    local w1, _, a1 = cap:caption(imgs, {beam = beam})
+    cap:set_hard_eval("marginal")
+    cap.config.marginal_cells = 1
+    local w2, _, a2 = cap:caption(imgs, {beam = beam})
+    lu.assertEquals(w2, w1)
+    for i = 1, 3 do lu.assertEquals(a2[i]:totable(), a1[i]:totable()) end
+  end
+end
+
+function T.test_marginal_rule_first_word_is_the_mixture_over_cells()
+  -- every cell kept (M = L): log p(y_1) = log sum_l alpha_l p(y_1 | s_1 = l), each term
+  -- computed here one cell at a time through the model's own layers
+  glimpse.manual_seed(22)
+  local cap = tiny({attention = "hard", hard_eval = "marginal", marginal_cells = 16})
+  cap:evaluate()
+  local img = glimpse.rand(1, 1, 16, 16)
+  local got = glimpse.no_grad(function()
+    local a = cap:annotate(img)
+    local state, fixed = cap:_decode_state(a)
+    return (cap:_decode_step(fixed)(glimpse.tensor({Vocab.START}), state))
+  end)
+  local want = glimpse.no_grad(function()
+    local a = cap:annotate(img)
+    local h, c = cap:initial_state(a)
+    cap:set_hard_eval("soft")
+    local _, alpha = cap.attention(h, a, a, nil, cap:_attention_state(a))
+    local ey = cap.embed(glimpse.tensor({Vocab.START}))
+    local beta = cap.gate(h):sigmoid()
+    local p = 0
+    for l = 1, a.shape[2] do
+      local z = a:select(2, l) * beta
+      local h2 = cap.lstm(glimpse.cat({ey, z}, 2), h, c)
+      p = p + glimpse.softmax(cap:_logits(ey, h2, z), 2) * alpha[1][l]:item()
+    end
+    return p:totable()[1]
+  end)
+  got = got:totable()[1]
+  for v = 1, #want do
+    if v ~= Vocab.PAD and v ~= Vocab.START then
+      lu.assertAlmostEquals(math.exp(got[v]), want[v], FLOAT_TOL)
+    end
+  end
+end
+
+function T.test_set_hard_eval_checks_the_rule()
+  local cap = tiny({attention = "hard"})
+  local ok, err = pcall(cap.set_hard_eval, cap, "best")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "Captioner:set_hard_eval: rule must be argmax, sample, soft or marginal")
+  cap:set_hard_eval("soft")
+  lu.assertEquals({cap.config.hard_eval, cap.attention.hard_eval}, {"soft", "soft"})
 end
 
 -- ---------------------------------------------------------------------------------------

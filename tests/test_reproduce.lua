@@ -142,6 +142,33 @@ function T.test_captioner_checkpoint_reevaluation_gives_the_recorded_bleu()
   end
 end
 
+function T.test_runs_option_runs_those_alone_and_keeps_what_another_driver_wrote()
+  local function run(id)
+    return {id = id, script = "scripts/pointer.lua", steps = {tiny = 2},
+            flags = function() return {"--task", "sort", "--n", 4, "--hidden", 4, "--emb", 4,
+                                       "--batch", 2, "--valid", 2, "--test", 2, "--beam", 1,
+                                       "--pictures", 0} end,
+            rows = function() return {} end}
+  end
+  local two = {name = "two_test", title = "two", paper = "-", runs = {run("a"), run("b")}}
+  local dir = H.tmpdir() .. "/two"
+  local path = dir .. "/results/two_test.json"
+  table.insert(reproduce.TABLES, two)
+  local ok, rec = pcall(reproduce.run, {mode = "tiny", out = dir .. "/out", results = dir .. "/results",
+    doc = dir .. "/results.md", tables = "two_test", runs = "b", exe = exe(), log = function(s)
+      if s:find("two_test/b: " .. exe(), 1, true) then   -- b starts: another driver finishes a
+        util.write_json(path, {table = "two_test", runs = {a = {id = "a", status = "done",
+                                                                 command = "elsewhere", mode = "tiny", rows = {}}}})
+      end
+    end})
+  table.remove(reproduce.TABLES)
+  lu.assertTrue(ok, tostring(rec))
+  local j = util.read_json(path)
+  lu.assertEquals(j.runs.b.status, "done", tostring(j.runs.b.reason))
+  lu.assertEquals(j.runs.a.command, "elsewhere")
+  lu.assertFalse(util.exists(dir .. "/out/two_test/a"))
+end
+
 function T.test_a_run_stopped_short_of_its_budget_is_not_done()
   -- the time-limit guard (or ^C) ends the script early: its numbers are not the budget's
   local short = {name = "short_test", title = "short", paper = "-",

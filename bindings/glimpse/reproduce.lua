@@ -40,15 +40,19 @@ local function join(words)
   return table.concat(t, " ")
 end
 
+-- "a,b c" -> {"a", "b", "c"}; anything else as given
+local function words_of(list)
+  if type(list) ~= "string" then return list end
+  local t = {}
+  for x in list:gmatch("[^,%s]+") do t[#t + 1] = x end
+  return t
+end
+
 --- reproduce.select(names) -> the tables named (a list or comma list; nil: all); an error
 --- names an unknown one
 function M.select(names)
   if names == nil then return M.TABLES end
-  if type(names) == "string" then
-    local t = {}
-    for x in names:gmatch("[^,%s]+") do t[#t + 1] = x end
-    names = t
-  end
+  names = words_of(names)
   if type(names) ~= "table" then fail("reproduce.select: names must be a list, got %s", type(names)) end
   local by, out = {}, {}
   for _, t in ipairs(M.TABLES) do by[t.name] = t end
@@ -116,11 +120,35 @@ local function do_run(o, tbl, run, words, dir, steps)
   return rec
 end
 
---- reproduce.run{mode="full"|"quick"|"tiny", out=, results=, doc=, tables=, exe=, log=}
+-- the table's record as it is on disk now, with `id`'s run set to r (nil: only tidied): another
+-- driver process may have written other runs of the table since this one started
+local function merge(path, tbl, id, r)
+  local rec = util.exists(path) and util.read_json(path) or {}
+  rec.table, rec.title, rec.paper, rec.runs = tbl.name, tbl.title, tbl.paper, rec.runs or {}
+  if id then rec.runs[id] = r end
+  local ids = {}
+  for _, run in ipairs(tbl.runs) do ids[run.id] = true end
+  for k in pairs(rec.runs) do if not ids[k] then rec.runs[k] = nil end end  -- a run the table dropped
+  util.write_json(path, rec, {indent = 2})
+  return rec
+end
+
+local function id_set(runs)
+  if runs == nil then return nil end
+  runs = words_of(runs)
+  if type(runs) ~= "table" then fail("reproduce.run: option 'runs' must be a list of run ids, got %s", type(runs)) end
+  local set = {}
+  for _, x in ipairs(runs) do set[x] = true end
+  return set
+end
+
+--- reproduce.run{mode="full"|"quick"|"tiny", out=, results=, doc=, tables=, runs=, exe=, log=}
 --- -> {table name -> record}: runs what is not done yet, writes RESULTS/<table>.json after
 --- every run and the page DOC (markdown) at the end (every table with a RESULTS/<table>.json:
---- a run of some tables keeps the others' rows).  exe: the glimpse executable (default
---- build/glimpse); log: a function(line) (default print).
+--- a run of some tables keeps the others' rows).  runs: run ids (a list or comma list; nil:
+--- all) -- the tables' other runs are neither run nor changed, so two drivers can run two
+--- runs of one table side by side (each writes its run into the file as it is on disk then).
+--- exe: the glimpse executable (default build/glimpse); log: a function(line) (default print).
 function M.run(o)
   if type(o) ~= "table" then fail("reproduce.run: expected an options table, got %s", type(o)) end
   if not M.MODES[o.mode] then fail("reproduce.run: mode must be full, quick or tiny, got %s", tostring(o.mode)) end
@@ -128,32 +156,29 @@ function M.run(o)
     if type(o[k]) ~= "string" or o[k] == "" then fail("reproduce.run: option '%s' must be a path", k) end
   end
   o.exe, o.log = o.exe or "build/glimpse", o.log or print
+  local only = id_set(o.runs)
   util.mkdir_p(o.results)
   local all = {}
   for _, tbl in ipairs(M.select(o.tables)) do
     local path = o.results .. "/" .. tbl.name .. ".json"
-    local rec = util.exists(path) and util.read_json(path) or {}
-    rec.table, rec.title, rec.paper, rec.runs = tbl.name, tbl.title, tbl.paper, rec.runs or {}
-    local ids = {}
-    for _, run in ipairs(tbl.runs) do ids[run.id] = true end
-    for id in pairs(rec.runs) do if not ids[id] then rec.runs[id] = nil end end  -- a run the table dropped
+    local rec = merge(path, tbl)
     for _, run in ipairs(tbl.runs) do
       local words, dir, steps = command_of(o.exe, tbl, run, o.mode, o.out)
       local old = rec.runs[run.id]
-      if old and old.status == "done" and old.command == join(words) then
+      if only and not only[run.id] then
+        o.log(string.format("reproduce: %s/%s: not among the runs asked for, kept", tbl.name, run.id))
+      elseif old and old.status == "done" and old.command == join(words) then
         o.log(string.format("reproduce: %s/%s: done before, kept", tbl.name, run.id))
       else
-        rec.runs[run.id] = do_run(o, tbl, run, words, dir, steps)
-        local r = rec.runs[run.id]
+        local r = do_run(o, tbl, run, words, dir, steps)
         o.log(string.format("reproduce: %s/%s: %s%s", tbl.name, run.id, r.status,
                             r.seconds and string.format(" in %.0fs", r.seconds) or "")
               .. (r.reason and (": " .. r.reason) or ""))
-        util.write_json(path, rec, {indent = 2})
+        rec = merge(path, tbl, run.id, r)
         if r.interrupted then error("reproduce: interrupted during " .. tbl.name .. "/" .. run.id, 2) end
       end
     end
-    util.write_json(path, rec, {indent = 2})
-    all[tbl.name] = rec
+    all[tbl.name] = merge(path, tbl)
   end
   -- the page shows every table with a record: those not run now come from their JSON
   local shown = {}

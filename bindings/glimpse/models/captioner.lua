@@ -159,10 +159,11 @@ M.Captioner = Captioner
 --           the first half of the steps; the entropy bonus falls from 0.01 to 0 on the same
 --           schedule; test time reads the expected context (hard_eval = "soft")
 --   gumbel  straight-through Gumbel-softmax instead of REINFORCE (the forward pass reads one
---           sampled cell, the gradient flows through the relaxed weights), the same schedule
---           of soft_prob; test time reads the most likely cell (hard_eval = "argmax"), as
---           training's forward pass does (scripts/caption.lua's default: the sharpest maps
---           and the best BLEU of the three at the default budget)
+--           sampled cell, the gradient flows through the relaxed weights); soft_prob falls
+--           from 1 to 0.5 over all the steps (anneal = 1: three batches in four read the
+--           expected context on average); test time reads the most likely cell (hard_eval =
+--           "argmax"), as training's forward pass does (scripts/caption.lua's default: the
+--           sharpest maps and the best BLEU of the three)
 M.RECIPES = {
   paper = {soft_prob = 0.5, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0.01, anneal = 1,
            samples = 1, baseline = "average", estimator = "reinforce", tau = 1,
@@ -170,7 +171,7 @@ M.RECIPES = {
   loo = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0, anneal = 0.5,
          samples = 2, baseline = "loo", estimator = "reinforce", tau = 1, reward_weight = 1,
          hard_eval = "soft"},
-  gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 0.5,
+  gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 1,
             samples = 1, baseline = "average", estimator = "gumbel", tau = 1, reward_weight = 1,
             hard_eval = "argmax"},
 }
@@ -179,7 +180,7 @@ M.RECIPES = {
 ---           attention="soft"|"hard", score="additive", doubly_stochastic=1, gate=true,
 ---           deep_output=true, output_tanh=false, dropout=0, fine_tune=true,
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
----           hard_eval="argmax", samples=1, baseline="average"|"loo", estimator="reinforce",
+---           hard_eval="argmax", marginal_cells=8, samples=1, baseline="average"|"loo", estimator="reinforce",
 ---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, coords=false,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
@@ -189,7 +190,8 @@ M.RECIPES = {
 -- gate: the beta_t gating scalar.  deep_output=false: p(y_t) = softmax(W h_t).
 -- fine_tune=false: the encoder is frozen (no gradients; cap:trainable_parameters() leaves it
 -- out).  Hard attention: soft_prob, entropy (lambda_e), reward_weight (lambda_r),
--- baseline_decay, hard_eval ("argmax" | "sample" | "soft"), samples (K decodings per
+-- baseline_decay, hard_eval ("argmax" | "sample" | "soft" | "marginal": each word's
+-- distribution with the cell summed out over the marginal_cells likeliest), samples (K decodings per
 -- caption), baseline ("average": the paper's moving average; "loo": leave-one-out over the K
 -- samples, the default when K > 1), estimator ("reinforce" | "gumbel": straight-through
 -- Gumbel-softmax at temperature tau), soft_prob_end / entropy_end / anneal (schedules, see
@@ -215,8 +217,10 @@ function Captioner:init(o)
     fail(3, "Captioner: unknown score %q (one of %s)", tostring(score), table.concat(att.SCORES, ", "))
   end
   local hard_eval = o.hard_eval or "argmax"
-  if hard_eval ~= "argmax" and hard_eval ~= "sample" and hard_eval ~= "soft" then
-    fail(3, "Captioner: option 'hard_eval' must be argmax, sample or soft, got %s", tostring(hard_eval))
+  if hard_eval ~= "argmax" and hard_eval ~= "sample" and hard_eval ~= "soft" and
+     hard_eval ~= "marginal" then
+    fail(3, "Captioner: option 'hard_eval' must be argmax, sample, soft or marginal, got %s",
+         tostring(hard_eval))
   end
   local coords = bool(o, "coords", false)
   local D = encoder.grid_dim + (coords and 2 or 0)
@@ -238,6 +242,7 @@ function Captioner:init(o)
     reward_weight = number_in(o, "reward_weight", 1, 0, math.huge, 4),
     baseline_decay = number_in(o, "baseline_decay", 0.9, 0, 0.999999, 4),
     hard_eval = hard_eval,
+    marginal_cells = positive_int(o, "marginal_cells", 8, 4),
     samples = positive_int(o, "samples", 1, 4),
     estimator = o.estimator or "reinforce",
     tau = number_in(o, "tau", 1, 1e-3, math.huge, 4),
@@ -285,7 +290,8 @@ function Captioner:init(o)
   self.init_c = nn.Linear(D, H)                                 -- f_init,c
   self.attention = nn.Attention{score = score, mode = mode, query = H, key = D,
                                 hidden = c.dim_att, soft_prob = c.soft_prob,
-                                hard_eval = hard_eval, estimator = c.estimator, tau = c.tau}
+                                hard_eval = hard_eval == "marginal" and "argmax" or hard_eval,
+                                estimator = c.estimator, tau = c.tau}
   if c.gate then self.gate = nn.Linear(H, 1) end                -- f_beta
   self.lstm = nn.LSTMCell(E + D, H)                             -- input [E y_{t-1}; z_t]
   if c.deep_output then
@@ -332,6 +338,18 @@ function Captioner:set_progress(done)
   local f = math.max(0, math.min(1, done / c.anneal))
   self.attention.soft_prob = c.soft_prob + (c.soft_prob_end - c.soft_prob) * f
   rawset(self, "entropy_weight", c.entropy + (c.entropy_end - c.entropy) * f)
+end
+
+--- cap:set_hard_eval(rule) -- what a hard-attention model reads at test time from now on:
+-- "argmax" | "sample" | "soft" | "marginal" (see Captioner's hard_eval); kept in the config
+-- (and so in a checkpoint saved afterwards).
+function Captioner:set_hard_eval(rule)
+  if rule ~= "argmax" and rule ~= "sample" and rule ~= "soft" and rule ~= "marginal" then
+    fail(2, "Captioner:set_hard_eval: rule must be argmax, sample, soft or marginal, got %s",
+         tostring(rule))
+  end
+  self.config.hard_eval = rule
+  self.attention.hard_eval = rule == "marginal" and "argmax" or rule
 end
 
 --- cap:annotate(images (B,C,H,W)) -> a (B,L,D), h, w: the encoder's annotation grid (no
@@ -683,12 +701,68 @@ function Captioner:_decode_state(a)
   return {h = h, c = c, a = a, cache = cache}, fixed
 end
 
+-- hard_eval = "marginal": decode's step for hard attention with the attended cell summed
+-- out.  The word distribution is the hard model's own, p(y_t) = sum_m w_m p(y_t | s_t = m)
+-- over the M = config.marginal_cells likeliest cells (w: alpha_t renormalised over them),
+-- not the distribution given one cell; the state then follows the cell that best explains
+-- the word chosen, argmax_m w_m p(y_t | m) (read at the next step, when y_t comes in).
+function Captioner:_marginal_step(fixed, ban)
+  local We, Wz = self:_split_lstm()
+  local E, H, D, V = self.config.dim_embed, self.config.dim_hidden, self.config.dim_feature,
+                     self.vocab:size()
+  local attn = self.attention
+  return function(tokens, s)
+    local N = tokens.shape[1]
+    local h, c = s.h, s.c
+    if s.hs then                                  -- the cell that explains y_{t-1} best
+      local M = s.lw.shape[2]
+      local post = s.lw + s.lp:gather(3, tokens:reshape(N, 1, 1):expand(N, M, 1)):reshape(N, M)
+      local pick = post:argmax(2):reshape(N, 1, 1):expand(N, 1, H)
+      h, c = s.hs:gather(2, pick):reshape(N, H), s.cs:gather(2, pick):reshape(N, H)
+    end
+    local ey = self.embed(tokens)                               -- (N,E)
+    local xe = glimpse.linear(ey, We, self.lstm.bias_ih)        -- (N,4H)
+    local cache = {}
+    for k, v in pairs(fixed) do cache[k] = v end
+    for k, v in pairs(s.cache) do cache[k] = v end
+    local st = {cache = cache, keys = s.a, values = s.a, t = 0, logps = {}, entropies = {}}
+    local rule = attn.hard_eval
+    attn.hard_eval = "soft"                                     -- only alpha_t is needed
+    local ok, _, alpha = pcall(attn, h, s.a, s.a, nil, st)
+    attn.hard_eval = rule
+    if not ok then error(_, 0) end
+    local L = alpha.shape[2]
+    local M = math.min(self.config.marginal_cells, L)
+    local rest, idx = alpha, {}
+    for m = 1, M do                                             -- the M likeliest cells
+      idx[m] = rest:argmax(2):reshape(N, 1)
+      rest = rest - glimpse.zeros(N, L):scatter_add(2, idx[m], glimpse.ones(N, 1) * 2)
+    end
+    local cells = glimpse.cat(idx, 2)                           -- (N,M)
+    local w = alpha:gather(2, cells)
+    local lw = (w / w:sum(2, true) + 1e-30):log()               -- (N,M)
+    local z = s.a:gather(2, cells:reshape(N, M, 1):expand(N, M, D))
+    if self.gate then z = z * self.gate(h):sigmoid():reshape(N, 1, 1) end
+    z = z:reshape(N * M, D)
+    local function rep(x, d) return x:reshape(N, 1, d):expand(N, M, d):reshape(N * M, d) end
+    local h2, c2 = glimpse.lstm_cell(rep(xe, 4 * H) + glimpse.linear(z, Wz), rep(h, H), rep(c, H),
+                                     self.lstm.weight_hh, self.lstm.bias_hh)
+    local lp = glimpse.log_softmax(self:_logits(rep(ey, E), h2, z), 2):reshape(N, M, V)
+    local mix = (lp + lw:reshape(N, M, 1)):logsumexp(2)          -- (N,V)
+    return mix:reshape(N, V) + ban, {hs = h2:reshape(N, M, H), cs = c2:reshape(N, M, H), lw = lw,
+                                     lp = lp, a = s.a, cache = s.cache}, alpha
+  end
+end
+
 -- decode's step function: tokens (N) = y_{t-1} -> log p(y_t) (N,V), state, alpha_t (N,L)
 function Captioner:_decode_step(fixed)
   local We, Wz = self:_split_lstm()
   -- a caption never contains <pad> or <start>
   local ban = glimpse.zeros(1, self.vocab:size())
   ban[1][Vocab.PAD], ban[1][Vocab.START] = -math.huge, -math.huge
+  if self.config.attention == "hard" and self.config.hard_eval == "marginal" then
+    return self:_marginal_step(fixed, ban)
+  end
   return function(tokens, s)
     local ey = self.embed(tokens)                               -- (N,E)
     local xe = glimpse.linear(ey, We, self.lstm.bias_ih)
