@@ -167,6 +167,7 @@ int gl_leaky_relu(gl_tensor **out, gl_tensor *a, float slope);
 int gl_fill_(gl_tensor *t, float v);
 int gl_copy_(gl_tensor *dst, const gl_tensor *src);      /* broadcasting src into dst */
 int gl_add_(gl_tensor *dst, const gl_tensor *src, float alpha); /* dst += alpha*src (broadcast) */
+int gl_relu_(gl_tensor *t);                                       /* t = max(t, 0) */
 int gl_mul_scalar_(gl_tensor *t, float s);
 
 /* ------------------------------------------------------------------------ */
