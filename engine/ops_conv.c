@@ -716,11 +716,11 @@ static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
       float *yb = k->y + (size_t)b0 * g->O * hwo;
       int rows = (int)(CONV_BAND_FLOATS / (K * (size_t)g->Wo));
       if (rows < 1) rows = 1;
-      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
+      if (k->bias) gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);
       for (int oy0 = 0; oy0 < g->Ho; oy0 += rows) {
         int oy1 = oy0 + rows < g->Ho ? oy0 + rows : g->Ho, n = (oy1 - oy0) * g->Wo;
         im2col_rows(k->x + b0 * xim, 1, g, oy0, oy1, col);
-        gl_sgemm(0, 0, g->O, n, (int)K, 1.0f, k->w, (int)K, col, n, 1.0f,
+        gl_sgemm(0, 0, g->O, n, (int)K, 1.0f, k->w, (int)K, col, n, k->bias ? 1.0f : 0.0f,
                  yb + (size_t)oy0 * g->Wo, (int)hwo);
       }
       continue;
@@ -730,8 +730,9 @@ static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
     else im2col(k->x + b0 * xim, nb, g, col);
     if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
       float *yb = k->y + (size_t)b0 * g->O * hwo;
-      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
-      gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 1.0f, yb, ncol);
+      if (k->bias) gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);
+      gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, k->bias ? 1.0f : 0.0f,
+               yb, ncol);   /* onto the bias, or (none) straight into the output */
       continue;
     }
     gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 0.0f, yt, ncol);

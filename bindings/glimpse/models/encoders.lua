@@ -386,11 +386,29 @@ local function relu(x)
   return x:relu_()
 end
 
+-- bn(conv(x)), then the ReLU when relu_after.  Inference (no tape, bn in evaluation mode):
+-- the norm and the ReLU work in place on the convolution's fresh output, in one pass
+local function conv_bn(conv, bn, x, relu_after)
+  if not glimpse.is_grad_enabled() and not bn.training and bn.running_mean then
+    return glimpse.batch_norm_eval_(conv(x), bn.weight, bn.bias, bn.running_mean,
+                                    bn.running_var, bn.eps, relu_after)
+  end
+  local y = bn(conv(x))
+  if relu_after then return relu(y) end
+  return y
+end
+
+-- relu(out + identity); without a tape out is a fresh map and takes both in place
+local function add_relu(out, identity)
+  if glimpse.is_grad_enabled() then return (out + identity):relu() end
+  return out:add_(identity):relu_()
+end
+
 function BasicBlock:forward(x)
-  local out = relu(self.bn1(self.conv1(x)))
-  out = self.bn2(self.conv2(out))
+  local out = conv_bn(self.conv1, self.bn1, x, true)
+  out = conv_bn(self.conv2, self.bn2, out, false)
   local identity = self.downsample and self.downsample(x) or x
-  return relu(out + identity)
+  return add_relu(out, identity)
 end
 
 local Bottleneck = nn.Module:extend("Bottleneck")
@@ -416,11 +434,11 @@ function Bottleneck:init(cin, planes, stride)
 end
 
 function Bottleneck:forward(x)
-  local out = relu(self.bn1(self.conv1(x)))
-  out = relu(self.bn2(self.conv2(out)))
-  out = self.bn3(self.conv3(out))
+  local out = conv_bn(self.conv1, self.bn1, x, true)
+  out = conv_bn(self.conv2, self.bn2, out, true)
+  out = conv_bn(self.conv3, self.bn3, out, false)
   local identity = self.downsample and self.downsample(x) or x
-  return relu(out + identity)
+  return add_relu(out, identity)
 end
 
 local ResNet = Encoder:extend("ResNet")
@@ -476,7 +494,7 @@ function ResNet:grid_size(H, W)
 end
 
 function ResNet:feature_map(x)
-  x = self.maxpool(relu(self.bn1(self.conv1(x))))
+  x = self.maxpool(conv_bn(self.conv1, self.bn1, x, true))
   return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 end
 
