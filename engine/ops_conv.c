@@ -551,21 +551,29 @@ static int is_pointwise(const conv_geom *g) {
 #define CONV_DW_GROUPS 8
 #define CONV_DW_GROUP_MNK ((double)(1 << 26))
 
+/* conv2d's chunks of images on the pool, forward (conv_chunks_range) and weight gradient
+ * (dw_groups_range): col and yt (the transposed output, or dY in channel-major layout) hold
+ * one buffer of ncolf and nytf floats per pool slot */
 typedef struct {
   const conv_geom *g;
-  const float *x, *dy;
-  float *col, *dyt, *part;   /* col, dyt: one per pool slot; part: (O, K) per group */
+  const float *x, *w, *bias, *dy;
+  float *y, *col, *yt, *part;   /* part: the weight gradient's (O, K) partial sum per group */
   size_t ncolf, nytf;
   int nbmax, nchunks, groups;
-} dw_ctx;
+} chunks_ctx;
+
+/* the slot's column buffer, and its yt buffer (NULL when there is none) */
+static float *slot_buffers(const chunks_ctx *k, int slot, float **yt) {
+  *yt = k->yt ? k->yt + (size_t)slot * k->nytf : NULL;
+  return k->col + (size_t)slot * k->ncolf;
+}
 
 static void dw_groups_range(void *ctx, size_t lo, size_t hi, int slot) {
-  const dw_ctx *k = ctx;
+  const chunks_ctx *k = ctx;
   const conv_geom *g = k->g;
   size_t K = (size_t)g->C * g->kh * g->kw, hwo = (size_t)g->Ho * g->Wo;
   size_t xim = (size_t)g->C * g->H * g->W;
-  float *col = k->col + (size_t)slot * k->ncolf;
-  float *dyt = k->dyt ? k->dyt + (size_t)slot * k->nytf : NULL;
+  float *dyt, *col = slot_buffers(k, slot, &dyt);
   for (size_t gi = lo; gi < hi; gi++) {
     int c0 = (int)(gi * (size_t)k->nchunks / (size_t)k->groups);
     int c1 = (int)((gi + 1) * (size_t)k->nchunks / (size_t)k->groups);
@@ -647,7 +655,8 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
     gx = NULL;
   }
   if (!st && gw && grouped) {
-    dw_ctx c = {&g, x->data, dy, col, dyt, part, ncolf, nytf, nbmax, nchunks, groups};
+    chunks_ctx c = {&g, x->data, NULL, NULL, dy, NULL, col, dyt, part, ncolf, nytf, nbmax,
+                    nchunks, groups};
     gl_parallel_blas((size_t)groups, 2 * (size_t)g.O * K * ncol_max * (size_t)nchunks / groups,
                      dw_groups_range, &c);
     dw_sum_ctx sc = {part, gw->data, gw->numel, groups};
@@ -690,21 +699,13 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
 
 static const gl_op op_conv2d = {"conv2d", conv2d_backward};
 
-typedef struct {
-  const conv_geom *g;
-  const float *x, *w, *bias;
-  float *y, *col, *yt;   /* col, yt: one buffer of ncolf, nytf floats per pool slot */
-  size_t ncolf, nytf;
-  int nbmax;
-} conv_fwd_ctx;
-
 /* chunks [lo, hi) of nbmax images: im2col, the product, the bias (and layout) */
 static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
-  const conv_fwd_ctx *k = ctx;
+  const chunks_ctx *k = ctx;
   const conv_geom *g = k->g;
   size_t K = (size_t)g->C * g->kh * g->kw, hwo = (size_t)g->Ho * g->Wo;
   size_t xim = (size_t)g->C * g->H * g->W;
-  float *col = k->col + (size_t)slot * k->ncolf, *yt = k->yt ? k->yt + (size_t)slot * k->nytf : NULL;
+  float *yt, *col = slot_buffers(k, slot, &yt);
   for (size_t ch = lo; ch < hi; ch++) {
     int b0 = (int)ch * k->nbmax;
     int nb = g->B - b0 < k->nbmax ? g->B - b0 : k->nbmax;
@@ -783,8 +784,8 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
       *out = NULL;
       return gl_fail(GL_ENOMEM, "conv2d: out of memory for the column buffer");
     }
-    conv_fwd_ctx c = {&g, x->data, w->data, bias ? bias->data : NULL, y, col, yt, ncolf, nytf,
-                      nbmax};
+    chunks_ctx c = {&g, x->data, w->data, bias ? bias->data : NULL, NULL, y, col, yt, NULL, ncolf,
+                    nytf, nbmax, nchunks, 0};
     if (side) gl_parallel_blas((size_t)nchunks, 2 * (size_t)g.O * nbmax * hwo * K, conv_chunks_range, &c);
     else conv_chunks_range(&c, 0, (size_t)nchunks, 0);
     gl_scratch_free(col, ncolf * slots);
