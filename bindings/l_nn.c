@@ -7,6 +7,9 @@
  *   glimpse.layer_norm(x, w, b, eps=1e-5)               over the last dim; w, b (D)/nil
  *   glimpse.batch_norm2d(x, w, b, running_mean, running_var, training=true, momentum=0.1,
  *                        eps=1e-5)                      x (B,C,...); every vector (C)/nil
+ *   glimpse.batch_norm_eval_(x, w, b, running_mean, running_var, eps=1e-5, relu=false)
+ *                                                       the same in evaluation, in place
+ *                                                       (no tape), with the ReLU fused -> x
  *   glimpse._conv2d_naive(...)                          conv2d's direct-loop oracle, for tests
  */
 #include "lglimpse.h"
@@ -113,11 +116,21 @@ static int l_batch_norm(lua_State *L) {
   return 1;
 }
 
+static int l_batch_norm_eval_(lua_State *L) {
+  gl_tensor *x = lg_check(L, 1), *w = opt_tensor(L, 2), *b = opt_tensor(L, 3);
+  gl_tensor *rm = lg_check(L, 4), *rv = lg_check(L, 5);
+  float eps = (float)luaL_optnumber(L, 6, 1e-5);
+  int relu = lua_toboolean(L, 7);
+  LG_TRY(L, "batch_norm_eval_", gl_batch_norm_eval_(x, w, b, rm, rv, eps, relu));
+  lua_settop(L, 1);
+  return 1;
+}
+
 static const luaL_Reg nn_fns[] = {
     {"conv2d", l_conv2d},         {"_conv2d_naive", l_conv2d_naive},
     {"max_pool2d", l_max_pool2d}, {"avg_pool2d", l_avg_pool2d},
     {"layer_norm", l_layer_norm}, {"batch_norm2d", l_batch_norm},
-    {"batch_norm", l_batch_norm},
+    {"batch_norm", l_batch_norm}, {"batch_norm_eval_", l_batch_norm_eval_},
     {NULL, NULL}};
 
 static const luaL_Reg nn_methods[] = {

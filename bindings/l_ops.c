@@ -480,6 +480,12 @@ static int m_add_(lua_State *L) {
   return 1;
 }
 
+static int m_relu_(lua_State *L) {
+  LG_TRY(L, "relu_", gl_relu_(lg_check(L, 1)));
+  lua_settop(L, 1);
+  return 1;
+}
+
 static int m_mul_(lua_State *L) {
   LG_TRY(L, "mul_", gl_mul_scalar_(lg_check(L, 1), (float)luaL_checknumber(L, 2)));
   lua_settop(L, 1);
@@ -637,7 +643,7 @@ static const luaL_Reg methods[] = {
     {"select", m_select}, {"index_select", m_index_select}, {"gather", m_gather},
     {"scatter_add", m_scatter_add}, {"expand", m_expand}, {"clone", m_clone},
     {"fill_", m_fill_}, {"zero_", m_zero_}, {"copy_", m_copy_}, {"add_", m_add_},
-    {"mul_", m_mul_}, {"uniform_", m_uniform_}, {"normal_", m_normal_},
+    {"mul_", m_mul_}, {"relu_", m_relu_}, {"uniform_", m_uniform_}, {"normal_", m_normal_},
     {"has_nan", m_has_nan},
     {"softmax", l_softmax}, {"log_softmax", l_log_softmax},
     {"multinomial", l_multinomial}, {"bernoulli", l_bernoulli},

@@ -167,6 +167,7 @@ int gl_leaky_relu(gl_tensor **out, gl_tensor *a, float slope);
 int gl_fill_(gl_tensor *t, float v);
 int gl_copy_(gl_tensor *dst, const gl_tensor *src);      /* broadcasting src into dst */
 int gl_add_(gl_tensor *dst, const gl_tensor *src, float alpha); /* dst += alpha*src (broadcast) */
+int gl_relu_(gl_tensor *t);                                       /* t = max(t, 0) */
 int gl_mul_scalar_(gl_tensor *t, float s);
 
 /* ------------------------------------------------------------------------ */
@@ -375,6 +376,9 @@ int gl_layer_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b, flo
 int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
                   gl_tensor *running_mean, gl_tensor *running_var, int training,
                   float momentum, float eps);
+/* in place, outside the graph (no tape): x = [relu] batch_norm(x) with the running stats */
+int gl_batch_norm_eval_(gl_tensor *x, gl_tensor *w, gl_tensor *b, gl_tensor *running_mean,
+                        gl_tensor *running_var, float eps, int relu);
 
 /* ------------------------------------------------------------------------ */
 /* optimizers (optim.c): fused in-place updates of one parameter per call, PyTorch 1.13

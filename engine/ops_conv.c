@@ -543,6 +543,71 @@ static int is_pointwise(const conv_geom *g) {
   return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
+/* The weight gradient dW += sum over chunks of dY col^T as CONV_DW_GROUPS partial sums over
+ * fixed runs of chunks, side by side on the pool (each thread its own columns, OpenBLAS on
+ * one thread), then added into dW in group order.  The runs depend only on the shapes, so
+ * the result is the same bits on any thread count.  For chunks whose product is below
+ * CONV_DW_GROUP_MNK; bigger ones run one after the other on OpenBLAS's threads. */
+#define CONV_DW_GROUPS 8
+#define CONV_DW_GROUP_MNK ((double)(1 << 26))
+
+/* conv2d's chunks of images on the pool, forward (conv_chunks_range) and weight gradient
+ * (dw_groups_range): col and yt (the transposed output, or dY in channel-major layout) hold
+ * one buffer of ncolf and nytf floats per pool slot */
+typedef struct {
+  const conv_geom *g;
+  const float *x, *w, *bias, *dy;
+  float *y, *col, *yt, *part;   /* part: the weight gradient's (O, K) partial sum per group */
+  size_t ncolf, nytf;
+  int nbmax, nchunks, groups;
+} chunks_ctx;
+
+/* the slot's column buffer, and its yt buffer (NULL when there is none) */
+static float *slot_buffers(const chunks_ctx *k, int slot, float **yt) {
+  *yt = k->yt ? k->yt + (size_t)slot * k->nytf : NULL;
+  return k->col + (size_t)slot * k->ncolf;
+}
+
+static void dw_groups_range(void *ctx, size_t lo, size_t hi, int slot) {
+  const chunks_ctx *k = ctx;
+  const conv_geom *g = k->g;
+  size_t K = (size_t)g->C * g->kh * g->kw, hwo = (size_t)g->Ho * g->Wo;
+  size_t xim = (size_t)g->C * g->H * g->W;
+  float *dyt, *col = slot_buffers(k, slot, &dyt);
+  for (size_t gi = lo; gi < hi; gi++) {
+    int c0 = (int)(gi * (size_t)k->nchunks / (size_t)k->groups);
+    int c1 = (int)((gi + 1) * (size_t)k->nchunks / (size_t)k->groups);
+    float *part = k->part + gi * (size_t)g->O * K;
+    for (int ch = c0; ch < c1; ch++) {
+      int b0 = ch * k->nbmax, nb = g->B - b0 < k->nbmax ? g->B - b0 : k->nbmax;
+      int ncol = nb * (int)hwo;
+      const float *dY = k->dy + (size_t)b0 * g->O * hwo, *cp = col;
+      if (nb > 1) {   /* dY (O, nb*HoWo) from dy (nb, O, HoWo) */
+        chan_ctx c = {g, k->dy, NULL, dyt, b0, nb, 0};
+        to_channel_major_range(&c, 0, (size_t)nb * g->O, slot);
+        dY = dyt;
+      }
+      if (nb == 1 && is_pointwise(g)) cp = k->x + b0 * xim;
+      else im2col(k->x + b0 * xim, nb, g, col);
+      gl_sgemm(0, 1, g->O, (int)K, ncol, 1.0f, dY, ncol, cp, ncol, ch == c0 ? 0.0f : 1.0f, part,
+               (int)K);
+    }
+  }
+}
+
+/* dW[i] += the groups' partial sums at i, in group order */
+typedef struct { const float *part; float *gw; size_t n; int groups; } dw_sum_ctx;
+
+static void dw_sum_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const dw_sum_ctx *k = ctx;
+  for (size_t i = lo; i < hi; i++) {
+    float s = k->gw[i];
+    for (int gi = 0; gi < k->groups; gi++) s += k->part[(size_t)gi * k->n + i];
+    k->gw[i] = s;
+  }
+}
+
 static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *x = n->in[0], *w = n->in[1];
   conv_geom g = geom_from_node(n);
@@ -558,15 +623,22 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
   if (!want_x && !want_w) return GL_OK;
   int wino = want_x && use_winograd_dx(&g);   /* dx by Winograd, the rest by columns */
   int cols = want_w || (want_x && !wino);
-  int nbmax = chunk_images(&g);
+  int nbmax = chunk_images(&g), nchunks = (g.B + nbmax - 1) / nbmax;
+  int groups = nchunks < CONV_DW_GROUPS ? nchunks : CONV_DW_GROUPS;
+  int grouped = want_w && groups >= 2 && (double)g.O * K * nbmax * hwo < CONV_DW_GROUP_MNK;
+  size_t slots = grouped ? (size_t)gl_parallel_slots() : 1;
   size_t ncol_max = (size_t)nbmax * hwo, nU = wino ? 16 * (size_t)g.O * g.C : 0;
-  float *col = cols ? gl_scratch_alloc(K * ncol_max) : NULL;
-  float *dyt = cols && nbmax > 1 ? gl_scratch_alloc((size_t)g.O * ncol_max) : NULL;
+  size_t ncolf = K * ncol_max, nytf = nbmax > 1 ? (size_t)g.O * ncol_max : 0;
+  size_t npart = grouped ? (size_t)groups * g.O * K : 0;
+  float *col = cols ? gl_scratch_alloc(ncolf * slots) : NULL;
+  float *dyt = cols && nytf ? gl_scratch_alloc(nytf * slots) : NULL;
   float *U = wino ? gl_scratch_alloc(nU) : NULL;
-  if ((cols && !col) || (cols && nbmax > 1 && !dyt) || (wino && !U)) {
-    gl_scratch_free(col, K * ncol_max);
-    gl_scratch_free(dyt, (size_t)g.O * ncol_max);
+  float *part = grouped ? gl_scratch_alloc(npart) : NULL;
+  if ((cols && !col) || (cols && nytf && !dyt) || (wino && !U) || (grouped && !part)) {
+    gl_scratch_free(col, ncolf * slots);
+    gl_scratch_free(dyt, nytf * slots);
     gl_scratch_free(U, nU);
+    gl_scratch_free(part, npart);
     return gl_fail(GL_ENOMEM, "conv2d backward: out of memory for the column buffer");
   }
   /* the gradient buffers are fetched only now that allocation is done: a fresh one must be
@@ -581,6 +653,15 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
                        gx->data);
     if (st && fx) memset(gx->data, 0, gx->numel * sizeof(float));
     gx = NULL;
+  }
+  if (!st && gw && grouped) {
+    chunks_ctx c = {&g, x->data, NULL, NULL, dy, NULL, col, dyt, part, ncolf, nytf, nbmax,
+                    nchunks, groups};
+    gl_parallel_blas((size_t)groups, 2 * (size_t)g.O * K * ncol_max * (size_t)nchunks / groups,
+                     dw_groups_range, &c);
+    dw_sum_ctx sc = {part, gw->data, gw->numel, groups};
+    gl_parallel_for(gw->numel, (size_t)groups, dw_sum_range, &sc);
+    gw = NULL;
   }
   for (int b0 = 0; !st && (gw || gx) && b0 < g.B; b0 += nbmax) {
     int nb = g.B - b0 < nbmax ? g.B - b0 : nbmax;
@@ -609,33 +690,22 @@ static int conv2d_backward(gl_node *n, gl_tensor **gout) {
       col2im_add(col, nb, &g, dx);
     }
   }
-  gl_scratch_free(col, K * ncol_max);
-  gl_scratch_free(dyt, (size_t)g.O * ncol_max);
+  gl_scratch_free(col, ncolf * slots);
+  gl_scratch_free(dyt, nytf * slots);
   gl_scratch_free(U, nU);
+  gl_scratch_free(part, npart);
   return st;
 }
 
 static const gl_op op_conv2d = {"conv2d", conv2d_backward};
 
-/* products below this many multiply-adds are not cut into blocks (blas.c): a convolution
- * runs such chunks of images side by side instead */
-#define CONV_SIDE_BY_SIDE_MNK ((double)(1 << 21))
-
-typedef struct {
-  const conv_geom *g;
-  const float *x, *w, *bias;
-  float *y, *col, *yt;   /* col, yt: one buffer of ncolf, nytf floats per pool slot */
-  size_t ncolf, nytf;
-  int nbmax;
-} conv_fwd_ctx;
-
 /* chunks [lo, hi) of nbmax images: im2col, the product, the bias (and layout) */
 static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
-  const conv_fwd_ctx *k = ctx;
+  const chunks_ctx *k = ctx;
   const conv_geom *g = k->g;
   size_t K = (size_t)g->C * g->kh * g->kw, hwo = (size_t)g->Ho * g->Wo;
   size_t xim = (size_t)g->C * g->H * g->W;
-  float *col = k->col + (size_t)slot * k->ncolf, *yt = k->yt ? k->yt + (size_t)slot * k->nytf : NULL;
+  float *yt, *col = slot_buffers(k, slot, &yt);
   for (size_t ch = lo; ch < hi; ch++) {
     int b0 = (int)ch * k->nbmax;
     int nb = g->B - b0 < k->nbmax ? g->B - b0 : k->nbmax;
@@ -647,11 +717,11 @@ static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
       float *yb = k->y + (size_t)b0 * g->O * hwo;
       int rows = (int)(CONV_BAND_FLOATS / (K * (size_t)g->Wo));
       if (rows < 1) rows = 1;
-      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
+      if (k->bias) gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);
       for (int oy0 = 0; oy0 < g->Ho; oy0 += rows) {
         int oy1 = oy0 + rows < g->Ho ? oy0 + rows : g->Ho, n = (oy1 - oy0) * g->Wo;
         im2col_rows(k->x + b0 * xim, 1, g, oy0, oy1, col);
-        gl_sgemm(0, 0, g->O, n, (int)K, 1.0f, k->w, (int)K, col, n, 1.0f,
+        gl_sgemm(0, 0, g->O, n, (int)K, 1.0f, k->w, (int)K, col, n, k->bias ? 1.0f : 0.0f,
                  yb + (size_t)oy0 * g->Wo, (int)hwo);
       }
       continue;
@@ -661,8 +731,9 @@ static void conv_chunks_range(void *ctx, size_t lo, size_t hi, int slot) {
     else im2col(k->x + b0 * xim, nb, g, col);
     if (nb == 1) {   /* one image: its output (O, HoWo) is the product's layout */
       float *yb = k->y + (size_t)b0 * g->O * hwo;
-      gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);   /* the bias */
-      gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 1.0f, yb, ncol);
+      if (k->bias) gl_parallel_for((size_t)g->O, hwo, from_channel_major_range, &c);
+      gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, k->bias ? 1.0f : 0.0f,
+               yb, ncol);   /* onto the bias, or (none) straight into the output */
       continue;
     }
     gl_sgemm(0, 0, g->O, ncol, (int)K, 1.0f, k->w, (int)K, cp, ncol, 0.0f, yt, ncol);
@@ -697,9 +768,11 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
     }
   } else if ((*out)->numel > 0) {
     int nbmax = chunk_images(&g), nchunks = (g.B + nbmax - 1) / nbmax;
-    /* chunks whose product is too small to be cut into blocks run side by side, one per
-     * pool thread, each with its own column buffer */
-    int side = nchunks >= 2 && (double)g.O * nbmax * hwo * K < CONV_SIDE_BY_SIDE_MNK;
+    /* chunks whose product is too small for OpenBLAS's threads run side by side, one per
+     * pool thread, each with its own column buffer: no wake-up per im2col, bias fill and
+     * product (blocks of one product would need three), and each thread's columns stay in
+     * its own cache.  A product is the same bits whichever thread computes it. */
+    int side = nchunks >= 2 && !gl_sgemm_threaded(g.O, nbmax * (int)hwo, (int)K);
     size_t slots = side ? (size_t)gl_parallel_slots() : 1;
     size_t ncolf = K * (size_t)nbmax * hwo, nytf = nbmax > 1 ? (size_t)g.O * nbmax * hwo : 0;
     float *col = gl_scratch_alloc(ncolf * slots);
@@ -711,8 +784,8 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
       *out = NULL;
       return gl_fail(GL_ENOMEM, "conv2d: out of memory for the column buffer");
     }
-    conv_fwd_ctx c = {&g, x->data, w->data, bias ? bias->data : NULL, y, col, yt, ncolf, nytf,
-                      nbmax};
+    chunks_ctx c = {&g, x->data, w->data, bias ? bias->data : NULL, NULL, y, col, yt, NULL, ncolf,
+                    nytf, nbmax, nchunks, 0};
     if (side) gl_parallel_blas((size_t)nchunks, 2 * (size_t)g.O * nbmax * hwo * K, conv_chunks_range, &c);
     else conv_chunks_range(&c, 0, (size_t)nchunks, 0);
     gl_scratch_free(col, ncolf * slots);

@@ -705,6 +705,16 @@ int gl_add_(gl_tensor *dst, const gl_tensor *src, float alpha) {
   return GL_OK;
 }
 
+/* relu_: t = max(t, 0) in place (inference: no second activation-sized buffer) */
+int gl_relu_(gl_tensor *t) {
+  int st = check_inplace("relu_", t);
+  if (st) return st;
+  flat_ctx c = {GL_RELU, 0, 0, t->data, NULL, NULL, t->data};
+  gl_parallel_for(t->numel, unary_cost(GL_RELU), unary_range, &c);
+  t->version++;
+  return GL_OK;
+}
+
 int gl_mul_scalar_(gl_tensor *t, float s) {
   int st = check_inplace("mul_", t);
   if (st) return st;

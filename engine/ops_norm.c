@@ -25,7 +25,7 @@ typedef struct {
   const float *x, *w, *b, *dy;
   float *y, *stats, *gx, *gw, *gb, *rmean, *rvar;
   size_t B, C, S;   /* layer norm: C = D, the row width */
-  int batch_stats, training;
+  int batch_stats, training, relu;   /* relu: batch_norm_eval_'s fused ReLU */
   float eps, momentum;
 } norm_ctx;
 
@@ -272,13 +272,21 @@ static void batch_norm_range(void *ctx, size_t lo, size_t hi, int slot) {
       var = k->rvar[c];
     }
     float rs = (float)(1.0 / sqrt(var + k->eps)), m = (float)mu;
-    k->stats[2 * c] = m;
-    k->stats[2 * c + 1] = rs;
+    if (k->stats) {
+      k->stats[2 * c] = m;
+      k->stats[2 * c + 1] = rs;
+    }
     float wc = k->w ? k->w[c] : 1.0f, bc = k->b ? k->b[c] : 0.0f;
     for (size_t bb = 0; bb < B; bb++) {
-      const float *xp = k->x + (bb * C + c) * S;
+      const float *xp = k->x + (bb * C + c) * S;   /* y may be x (batch_norm_eval_) */
       float *yp = k->y + (bb * C + c) * S;
-      for (size_t i = 0; i < S; i++) yp[i] = (xp[i] - m) * rs * wc + bc;
+      if (k->relu)
+        for (size_t i = 0; i < S; i++) {
+          float v = (xp[i] - m) * rs * wc + bc;
+          yp[i] = v > 0 ? v : 0;
+        }
+      else
+        for (size_t i = 0; i < S; i++) yp[i] = (xp[i] - m) * rs * wc + bc;
     }
   }
 }
@@ -326,5 +334,36 @@ int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
   if (n) GL_NODE_STATE(n, batch_norm_state)->batch_stats = batch_stats;
   gl_save(n, stats);
   gl_release(stats);
+  return GL_OK;
+}
+
+/* batch_norm_eval_: x = batch_norm(x) with the running statistics, then max(x, 0) when relu,
+ * in place and outside the graph: inference's BN (+ ReLU) after a convolution in one pass
+ * over the map, with no second map.  The same float operations as batch_norm's evaluation
+ * (and relu), so the same bits. */
+int gl_batch_norm_eval_(gl_tensor *x, gl_tensor *w, gl_tensor *b, gl_tensor *running_mean,
+                        gl_tensor *running_var, float eps, int relu) {
+  char b1[128];
+  if (gl_grad_enabled())
+    return gl_fail(GL_ESTATE, "batch_norm_eval_: works in place, only without a tape "
+                              "(glimpse.no_grad)");
+  if (x->ndim < 2)
+    return gl_fail(GL_ESHAPE, "batch_norm_eval_: input %s must be (B,C,...)", SHAPE(b1, x));
+  if (!(eps >= 0)) return gl_fail(GL_EARG, "batch_norm_eval_: eps = %g must be >= 0", eps);
+  if (!running_mean || !running_var)
+    return gl_fail(GL_EARG, "batch_norm_eval_: running_mean and running_var are needed");
+  size_t B, C, S;
+  bn_geom(x, &B, &C, &S);
+  int st;
+  if ((st = check_vec("batch_norm_eval_", "weight", w, (int)C, x)) ||
+      (st = check_vec("batch_norm_eval_", "bias", b, (int)C, x)) ||
+      (st = check_vec("batch_norm_eval_", "running_mean", running_mean, (int)C, x)) ||
+      (st = check_vec("batch_norm_eval_", "running_var", running_var, (int)C, x)))
+    return st;
+  norm_ctx k = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL,
+                .y = x->data, .rmean = running_mean->data, .rvar = running_var->data,
+                .B = B, .C = C, .S = S, .eps = eps, .relu = relu != 0};
+  gl_parallel_for(C, 6 * B * S, batch_norm_range, &k);
+  x->version++;
   return GL_OK;
 }

@@ -62,8 +62,31 @@ static int size_class(size_t n, size_t *cap) {
   return 1 + (k - 4) * 4 + (int)(q - 1);
 }
 
+/* the capacity of class c (the inverse of size_class) */
+static size_t class_cap(int c) {
+  if (c == 0) return 16;
+  size_t base = (size_t)1 << (4 + (c - 1) / 4);
+  return base + (size_t)((c - 1) % 4 + 1) * (base / 4);
+}
+
+/* A block of at least BORROW_MIN floats (4 MB) whose class is empty takes a
+ * cached block of one of the next BORROW_CLASSES classes (at most four times its size) before
+ * asking the system: a network's maps shrink layer by layer (VGG's halve at each pool), and
+ * each size otherwise keeps its own blocks cached, so the resident size grows to the sum of
+ * every layer's maps.  A tensor's storage records the block's own capacity (a scratch block
+ * in its first cache line), so the block goes back to its own class. */
+#define BORROW_MIN ((size_t)1 << 20)
+#define BORROW_CLASSES 8
+
 static float *raw_alloc(size_t n, size_t *cap) {
   int c = size_class(n, cap);
+  if (n >= BORROW_MIN && c < NCLASSES && !freelist[c])
+    for (int d = c + 1; d <= c + BORROW_CLASSES && d < NCLASSES; d++)
+      if (freelist[d]) {
+        c = d;
+        *cap = class_cap(d);
+        break;
+      }
   if (c < NCLASSES && freelist[c]) {
     void *p = freelist[c];
     freelist[c] = *(void **)p;
@@ -111,16 +134,23 @@ void gl_empty_cache(void) {
   bytes_cached = 0;
 }
 
+/* A scratch block starts with a cache line that records its capacity, so that it too can
+ * borrow a bigger cached block (gl_scratch_free is told only the size asked for). */
+#define SCRATCH_HEAD 16
+
 float *gl_scratch_alloc(size_t n) {
   size_t cap;
-  return raw_alloc(n ? n : 1, &cap);
+  float *p = raw_alloc(n + SCRATCH_HEAD, &cap);
+  if (!p) return NULL;
+  *(size_t *)(void *)p = cap;
+  return p + SCRATCH_HEAD;
 }
 
 void gl_scratch_free(float *p, size_t n) {
-  size_t cap;
+  (void)n;
   if (!p) return;
-  size_class(n ? n : 1, &cap);
-  raw_free(p, cap);
+  p -= SCRATCH_HEAD;
+  raw_free(p, *(size_t *)(void *)p);
 }
 
 /* free lists of headers */

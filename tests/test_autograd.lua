@@ -85,6 +85,14 @@ function T.test_inplace_change_of_a_grad_tensor_is_refused()
   lu.assertEquals(w:totable(), {1, 1, 1})
 end
 
+function T.test_relu_inplace_is_refused_on_a_grad_tensor_and_clamps_under_no_grad()
+  local w = glimpse.tensor({-1, 2, -3}):requires_grad()
+  lu.assertErrorMsgContains("relu_: in-place", function() w:relu_() end)
+  local r = glimpse.no_grad(function() return w:relu_() end)
+  lu.assertTrue(rawequal(r, w))
+  lu.assertEquals(w:totable(), {0, 2, 0})
+end
+
 function T.test_long_chains_backpropagate_without_recursion_limits()
   local x = glimpse.tensor({1}):requires_grad()
   local y = x

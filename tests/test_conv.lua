@@ -393,6 +393,29 @@ function T.test_batch_norm2d_eval_leaves_running_stats_alone()
   assert_close(y:narrow(2, 1, 1), expect, 1e-6, "eval normalisation")
 end
 
+function T.test_batch_norm_eval_in_place_gives_the_same_bits_as_batch_norm_then_relu()
+  glimpse.manual_seed(23)
+  local x = glimpse.randn(4, 32, 9, 9)                 -- above the pool's threshold
+  local w, b = glimpse.randn(32), glimpse.randn(32)
+  local rm, rv = glimpse.randn(32), glimpse.rand(32) + 0.5
+  local y = glimpse.batch_norm2d(x, w, b, rm, rv, false, 0.1, 1e-5)
+  for _, relu in ipairs({false, true}) do
+    local z = x:clone()
+    local r = glimpse.no_grad(function()
+      return glimpse.batch_norm_eval_(z, w, b, rm, rv, 1e-5, relu)
+    end)
+    lu.assertTrue(rawequal(r, z))
+    local expect = relu and y:relu() or y
+    lu.assertEquals(z:ne(expect):sum():item(), 0, "relu " .. tostring(relu))
+  end
+  -- with the tape on it refuses (it would change a map in place); shapes are checked
+  lu.assertErrorMsgContains("only without a tape", glimpse.batch_norm_eval_, x:clone(), w, b, rm, rv)
+  glimpse.no_grad(function()
+    lu.assertErrorMsgContains("running_mean", glimpse.batch_norm_eval_, x:clone(), w, b,
+                              glimpse.zeros(3), rv)
+  end)
+end
+
 function T.test_batch_norm_gradcheck_train_and_eval()
   glimpse.manual_seed(17)
   local x = glimpse.randn(3, 2, 3, 2):requires_grad()

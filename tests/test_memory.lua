@@ -56,4 +56,33 @@ function T.test_freed_blocks_are_reused_by_the_cache()
   lu.assertTrue(after.cached <= before.cached + 4096 * 2)
 end
 
+-- a freshly emptied cache holding one block of BIG floats; returns its bytes
+local function cache_one_block(n)
+  glimpse.empty_cache()
+  collectgarbage()
+  local t = glimpse.zeros(n)
+  local live = glimpse.memory().live
+  t:close()
+  return live - glimpse.memory().live
+end
+
+function T.test_a_smaller_map_borrows_a_cached_bigger_block_and_gives_it_back()
+  local BIG = 3 * 2 ^ 20 // 1                 -- 12 MB: above the allocator's borrowing size
+  local bytes = cache_one_block(BIG)
+  local cached = glimpse.memory().cached
+  lu.assertTrue(cached >= bytes)
+  local small = glimpse.zeros(BIG // 3)      -- a third: its own size class is empty
+  lu.assertEquals(glimpse.memory().cached, cached - bytes)   -- no new block from the system
+  small:close()
+  lu.assertEquals(glimpse.memory().cached, cached)          -- back, whole, to its own class
+  local again = glimpse.zeros(BIG)
+  lu.assertEquals(glimpse.memory().cached, cached - bytes)
+  again:close()
+  -- more than four times smaller, or below the borrowing size: a block of its own
+  local tiny = glimpse.zeros(BIG // 5)
+  lu.assertEquals(glimpse.memory().cached, cached)
+  tiny:close()
+  glimpse.empty_cache()
+end
+
 return T

@@ -272,6 +272,23 @@ function T.test_evaluation_grid_records_no_tape_unless_asked()
   lu.assertTrue(m:grid(x:clone():requires_grad()).requires_grad_flag)
 end
 
+function T.test_inference_in_place_path_gives_the_same_bits_as_the_tape_path()
+  -- without a tape the ResNet's batch norms and ReLUs work in place and VGG releases each
+  -- map after the next layer read it; with the tape on neither happens: same numbers
+  glimpse.manual_seed(31)
+  local x = glimpse.rand(2, 3, 48, 40)
+  for _, name in ipairs({"resnet18", "vgg16"}) do
+    local m = filled(name)
+    local a = m:grid(x)                                     -- evaluation: no tape
+    local b = m:grid(x, {grad = true}):detach()
+    lu.assertEquals(a:ne(b):sum():item(), 0, name)
+  end
+  local before = x:clone()
+  filled("resnet18"):grid(x)
+  filled("vgg16"):grid(x)
+  lu.assertEquals(x:ne(before):sum():item(), 0, "the images must not be changed")
+end
+
 -- ---------------------------------------------------------------------------------------
 -- loading and errors
 

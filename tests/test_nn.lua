@@ -457,4 +457,20 @@ function T.test_glimpse_init_is_the_initialiser_table()
   lu.assertIs(glimpse.init, require "glimpse.nn_init")
 end
 
+function T.test_relu_inplace_overwrites_its_input_only_without_a_tape()
+  local relu = nn.ReLU{inplace = true}
+  lu.assertStrContains(tostring(relu), "inplace=true")
+  local x = glimpse.tensor({-1, 0.5, -2})
+  local y = glimpse.no_grad(function() return relu(x) end)
+  lu.assertTrue(rawequal(x, y))
+  lu.assertEquals(x:totable(), {0, 0.5, 0})
+  -- with the tape on: a fresh tensor, the input untouched, the gradient as nn.ReLU's
+  local a = glimpse.tensor({-1, 0.5, 2}):requires_grad()
+  local b = nn.ReLU(true)(a * 1)
+  b:sum():backward()
+  lu.assertEquals(a.grad:totable(), {0, 1, 1})
+  lu.assertFalse(nn.ReLU().inplace)
+  lu.assertErrorMsgContains("nn.ReLU: the option", nn.ReLU, 3)
+end
+
 return T

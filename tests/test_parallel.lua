@@ -180,14 +180,16 @@ function T.test_convolution_and_pooling_same_on_1_and_2_threads()
     local yl = glimpse.no_grad(function() return glimpse.conv2d(xl, w7, nil, {padding = 3}) end)
     local xw, ww = glimpse.randn(1, 16, 131, 129), glimpse.randn(16, 16, 3, 3)  -- Winograd bands
     local yw = glimpse.no_grad(function() return glimpse.conv2d(xw, ww, nil, {padding = 1}) end)
+    local xc, wc = leaf(5, 64, 15, 15), leaf(3, 64, 3, 3)           -- 2 images per chunk
+    local yc = glimpse.conv2d(xc, wc, nil, {padding = 1})
     local r = {}
-    for _, y in ipairs({y3, y1, y7, ys}) do
+    for _, y in ipairs({y3, y1, y7, ys, yc}) do
       local wt = glimpse.randn(table.unpack(y:size()))
       r[#r + 1] = (y * wt):sum()
     end
-    ;(r[1] + r[2] + r[3] + r[4]):backward()
+    ;(r[1] + r[2] + r[3] + r[4] + r[5]):backward()   -- weight gradients in groups of chunks
     return {y3:detach(), y1:detach(), y7:detach(), ys:detach(), yl, yw, x.grad, w3.grad, w1.grad,
-            w7.grad, b.grad}
+            w7.grad, b.grad, yc:detach(), xc.grad, wc.grad}
   end)
   same_bits("max and average pooling", function()
     local x = leaf(4, 32, 24, 24)

@@ -274,7 +274,7 @@ function VGG:init(arch, cfg, batch_norm, opts)
     else
       layers[#layers + 1] = nn.Conv2d(c, v, 3, {padding = 1})
       if batch_norm then layers[#layers + 1] = nn.BatchNorm2d(v) end
-      layers[#layers + 1] = nn.ReLU()
+      layers[#layers + 1] = nn.ReLU{inplace = true}   -- in place only without a tape
       c = v
     end
   end
@@ -315,7 +315,19 @@ VGG._head_min_cells = 2
 
 function VGG:feature_map(x)
   local f = self.features
-  for i = 1, self._grid_layers do x = f[i](x) end
+  if glimpse.is_grad_enabled() then
+    for i = 1, self._grid_layers do x = f[i](x) end
+    return x
+  end
+  -- no tape: each map is released as soon as the next layer has read it (and the ReLUs
+  -- work in place), so at most two maps of the widest layer are alive at once, not as many
+  -- as the garbage collector has yet to reach (8 images at 224x224: 103 MB each)
+  local input = x
+  for i = 1, self._grid_layers do
+    local y = f[i](x)
+    if not rawequal(x, input) and not rawequal(x, y) then x:close() end
+    x = y
+  end
   return x
 end
 
@@ -368,11 +380,35 @@ function BasicBlock:init(cin, planes, stride)
   end
 end
 
+-- relu of a fresh map: in place when no tape is recorded (inference), saving a map's memory
+local function relu(x)
+  if glimpse.is_grad_enabled() then return x:relu() end
+  return x:relu_()
+end
+
+-- bn(conv(x)), then the ReLU when relu_after.  Inference (no tape, bn in evaluation mode):
+-- the norm and the ReLU work in place on the convolution's fresh output, in one pass
+local function conv_bn(conv, bn, x, relu_after)
+  if not glimpse.is_grad_enabled() and not bn.training and bn.running_mean then
+    return glimpse.batch_norm_eval_(conv(x), bn.weight, bn.bias, bn.running_mean,
+                                    bn.running_var, bn.eps, relu_after)
+  end
+  local y = bn(conv(x))
+  if relu_after then return relu(y) end
+  return y
+end
+
+-- relu(out + identity); without a tape out is a fresh map and takes both in place
+local function add_relu(out, identity)
+  if glimpse.is_grad_enabled() then return (out + identity):relu() end
+  return out:add_(identity):relu_()
+end
+
 function BasicBlock:forward(x)
-  local out = self.bn1(self.conv1(x)):relu()
-  out = self.bn2(self.conv2(out))
+  local out = conv_bn(self.conv1, self.bn1, x, true)
+  out = conv_bn(self.conv2, self.bn2, out, false)
   local identity = self.downsample and self.downsample(x) or x
-  return (out + identity):relu()
+  return add_relu(out, identity)
 end
 
 local Bottleneck = nn.Module:extend("Bottleneck")
@@ -398,11 +434,11 @@ function Bottleneck:init(cin, planes, stride)
 end
 
 function Bottleneck:forward(x)
-  local out = self.bn1(self.conv1(x)):relu()
-  out = self.bn2(self.conv2(out)):relu()
-  out = self.bn3(self.conv3(out))
+  local out = conv_bn(self.conv1, self.bn1, x, true)
+  out = conv_bn(self.conv2, self.bn2, out, true)
+  out = conv_bn(self.conv3, self.bn3, out, false)
   local identity = self.downsample and self.downsample(x) or x
-  return (out + identity):relu()
+  return add_relu(out, identity)
 end
 
 local ResNet = Encoder:extend("ResNet")
@@ -458,7 +494,7 @@ function ResNet:grid_size(H, W)
 end
 
 function ResNet:feature_map(x)
-  x = self.maxpool(self.bn1(self.conv1(x)):relu())
+  x = self.maxpool(conv_bn(self.conv1, self.bn1, x, true))
   return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 end
 

@@ -23,7 +23,30 @@ local function simple(name, fn)
 end
 
 --- nn.ReLU(), nn.Tanh(), nn.Sigmoid(), nn.Identity(): elementwise, any shape
-simple("ReLU", function(x) return x:relu() end)
+local ReLU = simple("ReLU", function(x) return x:relu() end)
+
+--- nn.ReLU({inplace=false}) (or nn.ReLU(true)): inplace = true overwrites the input with
+--- the result (x:relu_()) when no tape is being recorded (glimpse.no_grad), which saves an
+--- activation-sized buffer in inference; with the tape on it computes a fresh tensor
+function ReLU:init(opts)
+  if opts ~= nil and type(opts) ~= "table" and type(opts) ~= "boolean" then
+    error("nn.ReLU: the option must be a table {inplace=} or a boolean, got " .. type(opts), 3)
+  end
+  if type(opts) == "table" then self.inplace = opts.inplace == true
+  else self.inplace = opts == true end
+end
+
+function ReLU:forward(x)
+  if not glimpse.is_tensor(x) then
+    error("nn.ReLU: input must be a tensor, got " .. type(x), 2)
+  end
+  if self.inplace and not glimpse.is_grad_enabled() then return x:relu_() end
+  return x:relu()
+end
+
+function ReLU:extra_repr()
+  return self.inplace and "inplace=true" or ""
+end
 simple("Tanh", function(x) return x:tanh() end)
 simple("Sigmoid", function(x) return x:sigmoid() end)
 simple("Identity", function(x) return x end)
