@@ -34,6 +34,12 @@ static int pool_check(const char *op, const gl_tensor *x, conv_geom *g, int kh, 
  * so the compiler vectorises it (the general loops spend most of their time on window
  * bookkeeping).  r0, r1: the two input rows; base: r0's in-plane offset. */
 
+/* the part [*a, *b) of a window that starts at s (size k) inside [0, n): padding cut off */
+static inline void clip_window(int s, int k, int n, int *a, int *b) {
+  *a = s < 0 ? 0 : s;
+  *b = s + k > n ? n : s + k;
+}
+
 static int is_2x2(const conv_geom *g) {
   return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
 }
@@ -146,8 +152,9 @@ static void max_pool_plane(const conv_geom *gp, const float *xp, float *yp, floa
       continue;
     for (int ox = 0; ox < g.Wo; ox++) {
       int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-      int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-      int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
+      int ya, yb, xa, xb;
+      clip_window(y0, g.kh, g.H, &ya, &yb);
+      clip_window(x0, g.kw, g.W, &xa, &xb);
       /* branch-free selects (random data mispredicts an if); NaNs are noted and handled
        * after the window, so the hot loop stays a max */
       float best = -INFINITY;
@@ -188,7 +195,8 @@ static void max_pool_plane_separable(const conv_geom *gp, const float *xp, float
     float *r = R + (size_t)iy * g.Wo;
     for (int ox = 0; ox < g.Wo; ox++) {
       int x0 = ox * g.sw - g.pw;
-      int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
+      int xa, xb;
+      clip_window(x0, g.kw, g.W, &xa, &xb);
       float best = -INFINITY;
       for (int ix = xa; ix < xb; ix++) {
         float v = row[ix];
@@ -204,7 +212,8 @@ static void max_pool_plane_separable(const conv_geom *gp, const float *xp, float
   }
   for (int oy = 0; oy < g.Ho; oy++) {
     int y0 = oy * g.sh - g.ph;
-    int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
+    int ya, yb;
+    clip_window(y0, g.kh, g.H, &ya, &yb);
     float *restrict o = yp + (size_t)oy * g.Wo;
     for (int ox = 0; ox < g.Wo; ox++) o[ox] = -INFINITY;
     for (int iy = ya; iy < yb; iy++) {
@@ -279,8 +288,9 @@ static void avg_pool_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
     for (int oy = 0; oy < g.Ho; oy++)
       for (int ox = 0; ox < g.Wo; ox++) {
         int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-        int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
+        int ya, yb, xa, xb;
+        clip_window(y0, g.kh, g.H, &ya, &yb);
+        clip_window(x0, g.kw, g.W, &xa, &xb);
         float d = dy[p * hwo + (size_t)oy * g.Wo + ox] * inv;
         for (int iy = ya; iy < yb; iy++)
           for (int ix = xa; ix < xb; ix++) dx[iy * g.W + ix] += d;
@@ -316,8 +326,9 @@ static void avg_pool_range(void *ctx, size_t lo, size_t hi, int slot) {
       }
       for (int ox = 0; ox < g.Wo; ox++) {
         int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        int ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-        int xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
+        int ya, yb, xa, xb;
+        clip_window(y0, g.kh, g.H, &ya, &yb);
+        clip_window(x0, g.kw, g.W, &xa, &xb);
         float s = 0;
         for (int iy = ya; iy < yb; iy++)
           for (int ix = xa; ix < xb; ix++) s += xp[iy * g.W + ix];
