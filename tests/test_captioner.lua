@@ -652,6 +652,43 @@ function T.test_gumbel_straight_through_reads_one_cell_and_trains_the_attention(
   lu.assertTrue(g > 0)
 end
 
+function T.test_gumbel_with_k_samples_decodes_every_caption_k_times()
+  glimpse.manual_seed(6)
+  local g, info = attention_grad(hard({soft_prob = 0, estimator = "gumbel", samples = 3,
+                                       baseline = "average", doubly_stochastic = 0}))
+  lu.assertEquals(info.alphas.shape[1], 2 * 3)           -- B * K rows, averaged in the loss
+  lu.assertNil(info.reinforce)
+  lu.assertTrue(g > 0)
+end
+
+-- mix = "expected": each batch reads both the expected context and samples, and the loss
+-- is the coin's expectation p L(expected) + (1 - p) L(samples) (the same sample draws as a
+-- batch that always samples, since the expected-context pass draws nothing)
+function T.test_expected_mix_is_the_coin_weighted_sum_of_both_passes()
+  local b = batch(CAPS2)
+  local function loss_of(o, p)
+    glimpse.manual_seed(7)
+    local cap = hard(o)
+    glimpse.no_grad(function() cap.attention.v:uniform_(-1, 1) end)
+    cap.attention.soft_prob = p
+    glimpse.manual_seed(8)
+    local loss = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+    return loss:item()
+  end
+  for _, est in ipairs({"gumbel", "reinforce"}) do
+    local o = {estimator = est, samples = 2, baseline = est == "reinforce" and "loo" or "average"}
+    local soft, sampled = loss_of(o, 1), loss_of(o, 0)
+    lu.assertTrue(math.abs(soft - sampled) > 1e-4, est)   -- the two passes differ
+    o.mix = "expected"
+    lu.assertAlmostEquals(loss_of(o, 0.3), 0.3 * soft + 0.7 * sampled, 1e-5)
+    lu.assertAlmostEquals(loss_of(o, 1), soft, 1e-6)
+    lu.assertAlmostEquals(loss_of(o, 0), sampled, 1e-6)
+  end
+  local ok, e = pcall(tiny, {attention = "hard", mix = "both"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(e), "'mix' must be")
+end
+
 function T.test_set_progress_moves_soft_prob_and_entropy_over_the_anneal_share()
   local cap = hard({soft_prob = 1, soft_prob_end = 0, entropy = 0.02, entropy_end = 0, anneal = 0.5})
   local want = {{0, 1, 0.02}, {0.25, 0.5, 0.01}, {0.5, 0, 0}, {0.9, 0, 0}}

@@ -167,13 +167,13 @@ M.Captioner = Captioner
 M.RECIPES = {
   paper = {soft_prob = 0.5, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0.01, anneal = 1,
            samples = 1, baseline = "average", estimator = "reinforce", tau = 1,
-           reward_weight = 1, hard_eval = "argmax"},
+           reward_weight = 1, hard_eval = "argmax", mix = "sample"},
   loo = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0, anneal = 0.5,
          samples = 2, baseline = "loo", estimator = "reinforce", tau = 1, reward_weight = 1,
-         hard_eval = "soft"},
+         hard_eval = "soft", mix = "sample"},
   gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 1,
             samples = 1, baseline = "average", estimator = "gumbel", tau = 1, reward_weight = 1,
-            hard_eval = "argmax"},
+            hard_eval = "argmax", mix = "sample"},
 }
 
 --- Captioner{vocab=, encoder=, dim_embed=64, dim_hidden=256, dim_att=128,
@@ -260,6 +260,10 @@ function Captioner:init(o)
   end
   if c.baseline == "loo" and c.samples < 2 then
     fail(3, "Captioner: baseline = \"loo\" needs samples >= 2, got %d", c.samples)
+  end
+  c.mix = o.mix or "sample"
+  if c.mix ~= "sample" and c.mix ~= "expected" then
+    fail(3, "Captioner: option 'mix' must be \"sample\" or \"expected\", got %s", tostring(c.mix))
   end
   if c.estimator ~= "reinforce" and c.estimator ~= "gumbel" then
     fail(3, "Captioner: option 'estimator' must be \"reinforce\" or \"gumbel\", got %s",
@@ -500,49 +504,15 @@ function Captioner:penalty(alphas, mask)
   return att.doubly_stochastic(alphas, {tgt_mask = mask, weight = self.config.doubly_stochastic})
 end
 
---- cap:loss(images (B,C,H,W) or annotations (B,L,D), captions_in (B,T), captions_out (B,T),
----          mask (B,T) or nil, {resize=false}) -> loss (scalar tensor), info
--- Images must have the channels and size of those the model was first trained on
--- (cap:input_shape()); opts.resize=true converts them instead (cap:check_input).
--- The training objective per real token (see the file's header).  mask defaults to
--- captions_out ~= <pad>.  info: nll (mean token NLL), ds (penalty per caption, lambda
--- included), reinforce (hard mode: the surrogate's value, or nil when the batch used the
--- expected context), reward (hard: the batch's mean log p(y|s,a) per word, what the
--- baseline tracks), baseline_used (the b this batch was compared with), baseline (after the update),
--- tokens, alphas (B,T,L) and betas (B,T) (detached).
-function Captioner:loss(x, captions_in, captions_out, mask, opts)
-  local fname = "Captioner:loss"
-  if glimpse.is_tensor(x) and x:dim() == 4 then x = self:_check_input(x, opts, fname, 2) end
-  captions_in = as_ids(captions_in, "captions_in", fname, 2)
-  captions_out = as_ids(captions_out, "captions_out", fname, 2)
-  if captions_in.shape[1] ~= captions_out.shape[1] or captions_in.shape[2] ~= captions_out.shape[2] then
-    fail(2, "%s: captions_in %s and captions_out %s must have the same shape", fname,
-         shape_str(captions_in), shape_str(captions_out))
-  end
+-- one pass of the objective over annotations a (B,L,D): loss per real token and info (see
+-- cap:loss).  use_soft: hard attention reads the expected context (nil: soft attention or
+-- evaluation).  Sampled hard passes decode every caption config.samples times.
+function Captioner:_pass(a, captions_in, captions_out, mask, use_soft)
   local B, T = captions_out.shape[1], captions_out.shape[2]
-  if mask == nil then
-    mask = captions_out:ne(Vocab.PAD)
-  elseif type(mask) == "table" then
-    mask = glimpse.tensor(mask)
-  end
-  if not glimpse.is_tensor(mask) or mask:dim() ~= 2 or mask.shape[1] ~= B or mask.shape[2] ~= T then
-    fail(2, "%s: mask must be (B,T) = {%d,%d} like the captions, got %s", fname, B, T,
-         shape_str(mask))
-  end
   local V = self.vocab:size()
-  local mx, mn = captions_out:max():item(), captions_out:min():item()
-  if mn < 1 or mx > V then
-    fail(2, "%s: caption ids must lie in 1..%d (the vocabulary), got %g..%g", fname, V, mn, mx)
-  end
-  local a = self:_annotations(x, fname, 2)
-  if a.shape[1] ~= B then fail(2, "%s: %d images but %d captions", fname, a.shape[1], B) end
   local hard = self.config.attention == "hard" and self.training
-  local use_soft, K = nil, 1
-  if hard then
-    local p = self.attention.soft_prob
-    use_soft = p > 0 and glimpse.rand(1):item() < p              -- one draw per batch
-    if not use_soft and self.config.estimator == "reinforce" then K = self.config.samples end
-  end
+  local K = 1
+  if hard and not use_soft then K = self.config.samples end
   if K > 1 then                         -- K copies of every caption, rows b*K+1 .. b*K+K
     local function rep(t)
       local shape = t.shape
@@ -592,6 +562,69 @@ function Captioner:loss(x, captions_in, captions_out, mask, opts)
     info.baseline_used = rinfo.baseline
     info.reward = per_word:mean():item()                        -- mean log p(y|s,a) per word
     loss = loss + surrogate * (B / ntok)
+  end
+  return loss, info
+end
+
+--- cap:loss(images (B,C,H,W) or annotations (B,L,D), captions_in (B,T), captions_out (B,T),
+---          mask (B,T) or nil, {resize=false}) -> loss (scalar tensor), info
+-- Images must have the channels and size of those the model was first trained on
+-- (cap:input_shape()); opts.resize=true converts them instead (cap:check_input).
+-- The training objective per real token (see the file's header).  mask defaults to
+-- captions_out ~= <pad>.  info: nll (mean token NLL), ds (penalty per caption, lambda
+-- included), reinforce (hard mode: the surrogate's value, or nil when the batch used the
+-- expected context), reward (hard: the batch's mean log p(y|s,a) per word, what the
+-- baseline tracks), baseline_used (the b this batch was compared with), baseline (after the update),
+-- tokens, alphas (B,T,L) and betas (B,T) (detached).
+function Captioner:loss(x, captions_in, captions_out, mask, opts)
+  local fname = "Captioner:loss"
+  if glimpse.is_tensor(x) and x:dim() == 4 then x = self:_check_input(x, opts, fname, 2) end
+  captions_in = as_ids(captions_in, "captions_in", fname, 2)
+  captions_out = as_ids(captions_out, "captions_out", fname, 2)
+  if captions_in.shape[1] ~= captions_out.shape[1] or captions_in.shape[2] ~= captions_out.shape[2] then
+    fail(2, "%s: captions_in %s and captions_out %s must have the same shape", fname,
+         shape_str(captions_in), shape_str(captions_out))
+  end
+  local B, T = captions_out.shape[1], captions_out.shape[2]
+  if mask == nil then
+    mask = captions_out:ne(Vocab.PAD)
+  elseif type(mask) == "table" then
+    mask = glimpse.tensor(mask)
+  end
+  if not glimpse.is_tensor(mask) or mask:dim() ~= 2 or mask.shape[1] ~= B or mask.shape[2] ~= T then
+    fail(2, "%s: mask must be (B,T) = {%d,%d} like the captions, got %s", fname, B, T,
+         shape_str(mask))
+  end
+  local V = self.vocab:size()
+  local mx, mn = captions_out:max():item(), captions_out:min():item()
+  if mn < 1 or mx > V then
+    fail(2, "%s: caption ids must lie in 1..%d (the vocabulary), got %g..%g", fname, V, mn, mx)
+  end
+  local a = self:_annotations(x, fname, 2)
+  if a.shape[1] ~= B then fail(2, "%s: %d images but %d captions", fname, a.shape[1], B) end
+  local hard = self.config.attention == "hard" and self.training
+  local loss, info
+  if hard and self.config.mix == "expected" then
+    -- the coin's expectation instead of one draw: p L(expected context) + (1 - p) L(sample)
+    local p = self.attention.soft_prob
+    local ls, is = nil, nil
+    if p > 0 then ls, is = self:_pass(a, captions_in, captions_out, mask, true) end
+    if p < 1 then
+      loss, info = self:_pass(a, captions_in, captions_out, mask, false)
+      if ls then
+        loss = ls * p + loss * (1 - p)
+        info.nll, info.ds = is.nll * p + info.nll * (1 - p), is.ds * p + info.ds * (1 - p)
+      end
+    else
+      loss, info = ls, is
+    end
+  else
+    local use_soft = nil
+    if hard then
+      local p = self.attention.soft_prob
+      use_soft = p > 0 and glimpse.rand(1):item() < p            -- one draw per batch
+    end
+    loss, info = self:_pass(a, captions_in, captions_out, mask, use_soft)
   end
   info.baseline = self.baseline.value
   if x:dim() == 4 and not self.config.trained_on then            -- what caption will expect
