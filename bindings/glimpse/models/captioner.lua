@@ -31,7 +31,8 @@
 --     word (n: the caption's length), so that long and short captions compare fairly.
 --     samples=K > 1: each caption is decoded K times with independent samples and each
 --     sample's baseline is the mean reward of the other K-1 (baseline="loo", VIMCO-style);
---     estimator="gumbel" replaces REINFORCE by straight-through Gumbel-softmax.  soft_prob
+--     estimator="gumbel" replaces REINFORCE by straight-through Gumbel-softmax (K samples:
+--     their mean).  mix="expected" weighs both passes by the coin's odds.  soft_prob
 --     and entropy may move linearly to soft_prob_end / entropy_end over the first `anneal`
 --     share of training (cap:set_progress).
 -- Sentence-level terms are divided by the number of real tokens in the batch (as the
@@ -181,7 +182,8 @@ M.RECIPES = {
 ---           deep_output=true, output_tanh=false, dropout=0, fine_tune=true,
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
 ---           hard_eval="argmax", marginal_cells=8, samples=1, baseline="average"|"loo", estimator="reinforce",
----           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, coords=false,
+---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, mix="sample",
+---           coords=false,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
 -- list.  encoder: a module with :grid (glimpse.models' encoders) or the options of
@@ -194,8 +196,10 @@ M.RECIPES = {
 -- distribution with the cell summed out over the marginal_cells likeliest), samples (K decodings per
 -- caption), baseline ("average": the paper's moving average; "loo": leave-one-out over the K
 -- samples, the default when K > 1), estimator ("reinforce" | "gumbel": straight-through
--- Gumbel-softmax at temperature tau), soft_prob_end / entropy_end / anneal (schedules, see
--- cap:set_progress).  coords=true appends each
+-- Gumbel-softmax at temperature tau; K > 1 averages K samples), soft_prob_end / entropy_end /
+-- anneal (schedules, see cap:set_progress), mix ("sample": one coin per batch picks the
+-- expected context with probability soft_prob; "expected": the coin's expectation, every
+-- batch decoded both ways, soft_prob L(expected) + (1 - soft_prob) L(samples)).  coords=true appends each
 -- cell's (x, y) centre in [-1,1] to its annotation (D + 2 features; not in the paper: the CNN
 -- grid alone says little about where a cell is, which captions of spatial relations need).
 -- image: what cap:prepare does to
