@@ -5,7 +5,7 @@
 -- in Karpathy's JSON format (a few PNGs and a split file the test writes) through a ResNet-18
 -- encoder whose weights, in torchvision's names, the test writes too (glimpse.models'
 -- deterministic fill); and the shipped captioners (models/scenes-*.safetensors), which must
--- still caption 200 test scenes at BLEU-4 >= 35 (soft) and >= 31 (hard) with beam 3, with at
+-- still caption 200 test scenes at BLEU-4 >= 35 (soft) and >= 34 (hard) with beam 3, with at
 -- least twice the chance attention mass inside the named item's box.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
@@ -16,9 +16,9 @@ local T = {}
 
 local WINDOW = 1280
 -- The issue asks for BLEU-4 >= 0.35 on these 200 scenes: scenes-soft reaches 0.362; scenes-hard
--- (hard attention from scratch, the default run) 0.322, so for it the test guards what it
--- reaches (models/README.md, docs/experiments/caption.md).
-local SHIPPED_BLEU4 = {["scenes-soft"] = 0.35, ["scenes-hard"] = 0.31}
+-- (hard attention from scratch, --mix expected, continued) 0.349, so for it the test guards
+-- what it reaches (models/README.md, docs/experiments/caption.md).
+local SHIPPED_BLEU4 = {["scenes-soft"] = 0.35, ["scenes-hard"] = 0.34}
 local SHIPPED_IN_BOX_OVER_CHANCE = 2
 local SHIPPED_SCENES = 200
 
@@ -166,7 +166,7 @@ function T.test_karpathy_corpus_with_torchvision_resnet18_weights_runs_end_to_en
   lu.assertEquals((cap.encoder:state_dict()["conv1.weight"] - sd["conv1.weight"]):abs():max():item(), 0)
 end
 
-function T.test_shipped_captioners_caption_200_scenes_at_bleu4_35_31_with_twice_chance_in_box()
+function T.test_shipped_captioners_caption_200_scenes_at_bleu4_35_34_with_twice_chance_in_box()
   local ce = glimpse.models.caption_eval
   local src = glimpse.data.caption_sources.scenes{train = 1, valid = 1, test = SHIPPED_SCENES, seed = 1}
   for _, name in ipairs({"scenes-soft", "scenes-hard"}) do
