@@ -25,7 +25,7 @@ local history = glimpse.train.Trainer(run:trainer_options{
   evaluate = function(m) return {accuracy = eval.sequence_accuracy(m, valid, {bleu = false}).exact} end,
   format_eval = function(r) return string.format("held-out exact-sequence accuracy %.2f%%", 100 * r.accuracy) end,
 }):fit()
-
+if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 local result = {steps = history.steps, train_seconds = history.seconds}
 for _, beam in ipairs({1, 3}) do
   local key = beam == 1 and "accuracy" or "accuracy_beam"

@@ -94,6 +94,7 @@ trainer = glimpse.train.Trainer(run:trainer_options{
   end,
 })
 local history = trainer:fit()
+if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 local final = history.evals[#history.evals]
 
 local results = {

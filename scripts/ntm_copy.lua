@@ -91,7 +91,7 @@ local history = glimpse.train.Trainer(run:trainer_options{
                          e.valid_loss)
   end,
 }):fit()
-
+if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 -- tests, pictures, results
 model:save(run:path("model.safetensors"), {script = arg[0], steps = history.steps})
 local results, images, summary = {}, {}, {}

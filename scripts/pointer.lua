@@ -106,7 +106,7 @@ local history = glimpse.train.Trainer(run:trainer_options{
   eval_every = args.epoch_steps, evaluate = function(m) return measure(m, valid_set, 1) end,
   format_eval = function(m) return "valid " .. eval.describe(m) end,
 }):fit()
-
+if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 -- final evaluation, pictures, results
 model:save(run:path("model.safetensors"), {script = arg[0], steps = history.steps})
 local results, images, summary = {}, {}, {}

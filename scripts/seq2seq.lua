@@ -81,7 +81,7 @@ local history = glimpse.train.Trainer(run:trainer_options{
   format_eval = function(m) return string.format("valid: exact-sequence accuracy %.2f%%",
                                                  100 * m.accuracy) end,
 }):fit()
-
+if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 -- results: greedy (and beam) accuracy, samples and their alignment maps
 local acc = accuracy(model, 1)
 run:print(string.format("final: exact-sequence accuracy %.2f%% on %d held-out examples after %d "

@@ -277,6 +277,25 @@ function T.test_resume_on_a_different_number_of_ranks()
   assert_same_params(d .. "/straight.st", d .. "/b.st", "1 rank, then 2")
 end
 
+function T.test_a_script_on_two_ranks_tests_prints_and_writes_on_rank_0_only()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  local out = run_glimpse(2, {"scripts/seq2seq.lua", "--distributed", "--quick", "--steps", "4",
+                              "--valid", "20", "--train", "200", "--maps", "2", "--out", d .. "/s"})
+  -- the summary and the closing line come once (rank 0), not once a rank
+  local function count(text)
+    local n = 0
+    for _ in out:gmatch(text) do n = n + 1 end
+    return n
+  end
+  lu.assertEquals(count("final: exact%-sequence accuracy"), 1, out)
+  lu.assertEquals(count("wrote alignment heatmaps"), 1, out)
+  local m = util.read_json(d .. "/s/metrics.json")
+  lu.assertEquals(m.steps, 4)
+  lu.assertTrue(H.read_file(d .. "/s/samples.txt") ~= nil)
+  lu.assertTrue(H.read_file(d .. "/s/index.html") ~= nil)
+end
+
 -- ---------------------------------------------------------------------------------------
 -- compare sweeps over the ranks (scripts/compare.lua, glimpse.compare.run)
 

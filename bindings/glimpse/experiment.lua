@@ -374,6 +374,13 @@ function Run:print(...)
   if not self.quiet then print(...) end
 end
 
+--- run:is_root() -> true on rank 0 of a data-parallel run (--distributed), and always when
+--- the script runs alone.  Scripts stop the other ranks after training with
+--- `if not run:is_root() then return end`: rank 0 alone evaluates, prints and writes.
+function Run:is_root()
+  return dist.is_root()
+end
+
 --- run:path(name) -> "<output folder>/<name>".
 function Run:path(name)
   if type(name) ~= "string" or name == "" then
