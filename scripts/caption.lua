@@ -129,7 +129,7 @@ local trainer = glimpse.train.Trainer(run:trainer_options{
             bleu4 = b[4], example = words[1]}
   end})
 local history = trainer:fit()
-
+if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 cap:save(run:path("model.safetensors"))
 local r = ce.test(cap, src, {beam = args.beam, seed = args.seed})
 for _, l in ipairs(r.lines) do print(l) end
