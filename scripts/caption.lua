@@ -58,7 +58,7 @@ choice("--baseline", "hard: average (moving average) | loo (leave-one-out, K > 1
 choice("--estimator", "hard: reinforce | gumbel (straight-through Gumbel-softmax)", {"reinforce", "gumbel"})
 num("--tau", "hard, gumbel: temperature")
 num("--reward-weight", "hard: REINFORCE weight lambda_r")
-choice("--hard-eval", "hard: what test time reads (also with --load)", {"argmax", "soft", "sample", "marginal"})
+choice("--hard-eval", "hard: what test time reads (also with --load)", {"argmax", "region", "soft", "sample", "marginal"})
 num("--train", "training scenes", "20000")
 num("--valid", "validation scenes", "500")
 num("--test", "test scenes", "500")

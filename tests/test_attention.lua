@@ -446,6 +446,48 @@ function T.test_hard_mode_samples_and_can_use_the_expected_context()
   lu.assertNotNil(c2 and a2 and ctx and alpha)
 end
 
+function T.test_region_argmax_picks_the_densest_window_not_the_peak_cell()
+  -- a 4x4 grid: one peaked cell (0.2) at row 1, column 4, and a 3x3 block of 0.08 around
+  -- row 3, column 2 (0.72 in all): the argmax is the peak, the 3x3 window the block's centre
+  local rows = {}
+  for l = 1, 16 do rows[l] = 0.005 end
+  rows[4] = 0.2
+  for r = 2, 4 do for c = 1, 3 do rows[(r - 1) * 4 + c] = 0.08 end end
+  local alpha = glimpse.tensor({rows, rows})
+  lu.assertEquals(alpha:argmax(2):totable(), {4, 4})
+  lu.assertEquals(att.region_argmax(alpha, {grid = {4, 4}}):totable(), {{10}, {10}})
+  lu.assertEquals(att.region_argmax(alpha, {grid = {4, 4}, size = 1}):totable(), {{4}, {4}})
+  -- the default grid is a row: windows of 3 positions along it
+  local seq = glimpse.tensor({{0.3, 0, 0, 0.25, 0.25, 0.2}})
+  lu.assertEquals(att.region_argmax(seq):totable(), {{5}})
+  lu.assertEquals(att.region_argmax(seq, {size = 1}):totable(), {{1}})
+end
+
+function T.test_region_argmax_checks_the_grid_and_the_window()
+  local alpha = glimpse.softmax(glimpse.randn(2, 6), 2)
+  local ok, err = pcall(att.region_argmax, alpha, {grid = {2, 2}})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "attention.region_argmax: grid must be {h, w} with h * w = L = 6 (alpha {2,6}), got {2,2}")
+  ok, err = pcall(att.region_argmax, alpha, {grid = {2, 3}, size = 2})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "size must be a positive odd integer, got 2")
+end
+
+function T.test_hard_mode_region_rule_reads_the_window_centre_in_evaluate()
+  glimpse.manual_seed(18)
+  local keys = glimpse.randn(3, 9, 4)
+  local a = nn.Attention{score = "dot", mode = "hard", query = 4, key = 4, hard_eval = "region"}
+  a:evaluate()
+  local q = glimpse.randn(3, 4)
+  local st = a:precompute(keys, keys, nil)
+  st.grid = {3, 3}
+  local ctx, alpha = a(q, keys, keys, nil, st)
+  local idx = att.region_argmax(alpha, {grid = {3, 3}}):reshape(3):totable()
+  for b = 1, 3 do
+    assert_close(ctx[b], keys[b][math.tointeger(idx[b])], scaled(0), "the window's centre")
+  end
+end
+
 -- ---------------------------------------------------------------------------------------
 -- regularisers
 

@@ -6,6 +6,7 @@ local lu = require "luaunit"
 local glimpse = require "glimpse"
 local Captioner = require("glimpse.captioner").Captioner
 local metrics = require "glimpse.metrics"
+local att = glimpse.attention
 
 local Vocab = glimpse.data.Vocab
 
@@ -289,7 +290,7 @@ function T.test_hard_with_expected_context_batch_has_no_reinforce_term()
 end
 
 function T.test_hard_caption_runs_in_every_eval_mode()
-  for _, mode in ipairs({"argmax", "soft", "sample", "marginal"}) do
+  for _, mode in ipairs({"argmax", "region", "soft", "sample", "marginal"}) do
     local cap = tiny({attention = "hard", hard_eval = mode})
     local words, tokens, alphas = cap:caption(glimpse.rand(1, 16, 16), {beam = 2})
     lu.assertEquals(type(words), "string")
@@ -310,6 +311,39 @@ function T.test_marginal_rule_with_one_cell_decodes_as_argmax()
     lu.assertEquals(w2, w1)
     for i = 1, 3 do lu.assertEquals(a2[i]:totable(), a1[i]:totable()) end
   end
+end
+
+function T.test_region_rule_with_a_one_cell_window_decodes_as_argmax()
+  glimpse.manual_seed(23)
+  local imgs = glimpse.rand(3, 1, 16, 16)
+  local cap = tiny({attention = "hard", hard_eval = "argmax"})
+  local w1, _, a1 = cap:caption(imgs, {beam = 2})
+  cap.config.region_size = 1
+  cap:set_hard_eval("region")
+  lu.assertEquals({cap.attention.hard_eval, cap.attention.region}, {"region", 1})
+  local w2, _, a2 = cap:caption(imgs, {beam = 2})
+  lu.assertEquals(w2, w1)
+  for i = 1, 3 do lu.assertEquals(a2[i]:totable(), a1[i]:totable()) end
+  local ok, err = pcall(tiny, {attention = "hard", hard_eval = "region", region_size = 2})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "option 'region_size' must be odd")
+end
+
+function T.test_region_rule_reads_the_window_centre_of_the_encoder_grid()
+  -- the first decoding step by hand: the cell region_argmax picks on the encoder's grid
+  glimpse.manual_seed(24)
+  local cap = tiny({attention = "hard", hard_eval = "region"})
+  cap:evaluate()
+  local img = glimpse.rand(1, 1, 16, 16)
+  glimpse.no_grad(function()
+    local a, gh, gw = cap:annotate(img)
+    local st = cap:_attention_state(a)
+    lu.assertEquals(st.grid, {gh, gw})
+    local h = cap:initial_state(a)
+    local ctx, alpha = cap.attention(h, a, a, nil, st)
+    local idx = att.region_argmax(alpha, {grid = {gh, gw}}):item()
+    lu.assertEquals((ctx[1] - a[1][math.tointeger(idx)]):abs():max():item(), 0)
+  end)
 end
 
 function T.test_marginal_rule_first_word_is_the_mixture_over_cells()
@@ -351,7 +385,7 @@ function T.test_set_hard_eval_checks_the_rule()
   local cap = tiny({attention = "hard"})
   local ok, err = pcall(cap.set_hard_eval, cap, "best")
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "Captioner:set_hard_eval: rule must be argmax, sample, soft or marginal")
+  lu.assertStrContains(err, "Captioner:set_hard_eval: rule must be argmax, region, sample, soft or marginal")
   cap:set_hard_eval("soft")
   lu.assertEquals({cap.config.hard_eval, cap.attention.hard_eval}, {"soft", "soft"})
 end
@@ -587,7 +621,6 @@ end
 -- what makes hard attention learn: K samples with the leave-one-out baseline, per-sample
 -- baselines, straight-through Gumbel-softmax, the schedules (set_progress), the recipes
 
-local att = glimpse.attention
 local CAPS2 = {{"a", "red", "circle"}, {"a", "blue", "square", "above", "a", "red", "circle"}}
 
 local function hard(o)

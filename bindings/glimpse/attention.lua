@@ -610,8 +610,53 @@ function M.sample(alpha, values, opts)
     return a:multinomial(1)
   end)
   local logp = (alpha:gather(2, idx) + LOG_EPS):log():reshape(B)
-  local ctx = values:gather(2, idx:reshape(B, 1, 1):expand(B, 1, Dv)):reshape(B, Dv)
-  return ctx, idx, logp, M.entropy(alpha)
+  return M.read(values, idx), idx, logp, M.entropy(alpha)
+end
+
+--- attention.read(values (B,L,Dv), idx (B,1)) -> ctx (B,Dv): the annotation values_(b,idx_b)
+-- of each row (1-based positions); differentiable in values.
+function M.read(values, idx)
+  check_tensor(values, "values (B,L,Dv)", 3, 2, "attention.read")
+  check_tensor(idx, "idx (B,1)", 2, 2, "attention.read")
+  local B, Dv = values.shape[1], values.shape[3]
+  if idx.shape[1] ~= B or idx.shape[2] ~= 1 then
+    error(string.format("attention.read: idx {%s} must be (B,1) with B = %d (values {%s})",
+                        table.concat(idx.shape, ","), B, table.concat(values.shape, ",")), 2)
+  end
+  return values:gather(2, idx:reshape(B, 1, 1):expand(B, 1, Dv)):reshape(B, Dv)
+end
+
+--- attention.region_argmax(alpha (B,L), {grid = {h, w}, size = k}) -> idx (B,1)
+-- Hard attention's test-time location read as the mode of the map smoothed over a region:
+-- the cell at the centre of the k x k window (k odd, default 3) that holds the most
+-- attention, windows clipped at the grid's edge.  An object covers several cells of a
+-- grid, so its probability is spread over them; the single likeliest cell can belong to a
+-- smaller, more peaked region, while the window finds where most of the mass lies.  grid
+-- gives the (h, w) layout of the L positions, row-major (default {1, L}: a sequence, and
+-- the window is k positions long).  k = 1 is the argmax.
+function M.region_argmax(alpha, opts)
+  local fname = "attention.region_argmax"
+  check_tensor(alpha, "alpha (B,L)", 2, 2, fname)
+  check_opts(opts, fname, 2)
+  local B, L = alpha.shape[1], alpha.shape[2]
+  local grid = opts and opts.grid or {1, L}
+  if type(grid) ~= "table" or math.type(grid[1]) ~= "integer" or math.type(grid[2]) ~= "integer"
+     or grid[1] * grid[2] ~= L then
+    error(string.format("%s: grid must be {h, w} with h * w = L = %d (alpha {%d,%d}), got %s",
+                        fname, L, B, L, type(grid) == "table" and
+                        "{" .. tostring(grid[1]) .. "," .. tostring(grid[2]) .. "}" or tostring(grid)), 2)
+  end
+  local k = opts and opts.size or 3
+  if math.type(k) ~= "integer" or k < 1 or k % 2 == 0 then
+    error(string.format("%s: size must be a positive odd integer, got %s", fname, tostring(k)), 2)
+  end
+  return glimpse.no_grad(function()
+    local a = alpha:detach()
+    if k > 1 then   -- the window's mean, zeros outside the grid: same order as its sum
+      a = glimpse.avg_pool2d(a:reshape(B, 1, grid[1], grid[2]), k, 1, k // 2):reshape(B, L)
+    end
+    return a:argmax(2):reshape(B, 1)
+  end)
 end
 
 --- attention.gumbel_sample(alpha (B,L), values (B,L,Dv), tau) -> ctx (B,Dv), idx (B,1)

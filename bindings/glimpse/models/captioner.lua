@@ -150,6 +150,12 @@ end
 local Captioner = nn.Module:extend("Captioner")
 M.Captioner = Captioner
 
+-- hard attention's test-time rules (Captioner's hard_eval); "marginal" decodes through
+-- cap:_marginal_step, its attention module reading the argmax cell
+local HARD_EVAL = {argmax = true, region = true, sample = true, soft = true, marginal = true}
+local HARD_EVAL_LIST = "argmax, region, sample, soft or marginal"
+local function attention_rule(rule) return rule == "marginal" and "argmax" or rule end
+
 --- glimpse.captioner.RECIPES -- named settings of hard attention's training (the Captioner
 -- options soft_prob, soft_prob_end, entropy, entropy_end, anneal, samples, baseline,
 -- estimator, tau, reward_weight, hard_eval); docs/experiments/caption.md compares them.
@@ -181,7 +187,7 @@ M.RECIPES = {
 ---           attention="soft"|"hard", score="additive", doubly_stochastic=1, gate=true,
 ---           deep_output=true, output_tanh=false, dropout=0, fine_tune=true,
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
----           hard_eval="argmax", marginal_cells=8, samples=1, baseline="average"|"loo", estimator="reinforce",
+---           hard_eval="argmax", marginal_cells=8, region_size=3, samples=1, baseline="average"|"loo", estimator="reinforce",
 ---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, mix="sample",
 ---           coords=false,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
@@ -192,8 +198,10 @@ M.RECIPES = {
 -- gate: the beta_t gating scalar.  deep_output=false: p(y_t) = softmax(W h_t).
 -- fine_tune=false: the encoder is frozen (no gradients; cap:trainable_parameters() leaves it
 -- out).  Hard attention: soft_prob, entropy (lambda_e), reward_weight (lambda_r),
--- baseline_decay, hard_eval ("argmax" | "sample" | "soft" | "marginal": each word's
--- distribution with the cell summed out over the marginal_cells likeliest), samples (K decodings per
+-- baseline_decay, hard_eval ("argmax" | "region": the centre of the region_size x
+-- region_size window holding the most attention, attention.region_argmax | "sample" |
+-- "soft" | "marginal": each word's distribution with the cell summed out over the
+-- marginal_cells likeliest), samples (K decodings per
 -- caption), baseline ("average": the paper's moving average; "loo": leave-one-out over the K
 -- samples, the default when K > 1), estimator ("reinforce" | "gumbel": straight-through
 -- Gumbel-softmax at temperature tau; K > 1 averages K samples), soft_prob_end / entropy_end /
@@ -221,10 +229,8 @@ function Captioner:init(o)
     fail(3, "Captioner: unknown score %q (one of %s)", tostring(score), table.concat(att.SCORES, ", "))
   end
   local hard_eval = o.hard_eval or "argmax"
-  if hard_eval ~= "argmax" and hard_eval ~= "sample" and hard_eval ~= "soft" and
-     hard_eval ~= "marginal" then
-    fail(3, "Captioner: option 'hard_eval' must be argmax, sample, soft or marginal, got %s",
-         tostring(hard_eval))
+  if not HARD_EVAL[hard_eval] then
+    fail(3, "Captioner: option 'hard_eval' must be %s, got %s", HARD_EVAL_LIST, tostring(hard_eval))
   end
   local coords = bool(o, "coords", false)
   local D = encoder.grid_dim + (coords and 2 or 0)
@@ -247,6 +253,7 @@ function Captioner:init(o)
     baseline_decay = number_in(o, "baseline_decay", 0.9, 0, 0.999999, 4),
     hard_eval = hard_eval,
     marginal_cells = positive_int(o, "marginal_cells", 8, 4),
+    region_size = positive_int(o, "region_size", 3, 4),
     samples = positive_int(o, "samples", 1, 4),
     estimator = o.estimator or "reinforce",
     tau = number_in(o, "tau", 1, 1e-3, math.huge, 4),
@@ -256,6 +263,10 @@ function Captioner:init(o)
     image = o.image,
     trained_on = o.trained_on,
   }
+  if c.region_size % 2 == 0 then
+    fail(3, "Captioner: option 'region_size' must be odd (a window centred on a cell), got %d",
+         c.region_size)
+  end
   c.soft_prob_end = number_in(o, "soft_prob_end", c.soft_prob, 0, 1, 4)
   c.entropy_end = number_in(o, "entropy_end", c.entropy, 0, math.huge, 4)
   c.baseline = o.baseline or (c.samples > 1 and "loo" or "average")
@@ -298,7 +309,7 @@ function Captioner:init(o)
   self.init_c = nn.Linear(D, H)                                 -- f_init,c
   self.attention = nn.Attention{score = score, mode = mode, query = H, key = D,
                                 hidden = c.dim_att, soft_prob = c.soft_prob,
-                                hard_eval = hard_eval == "marginal" and "argmax" or hard_eval,
+                                hard_eval = attention_rule(hard_eval), region = c.region_size,
                                 estimator = c.estimator, tau = c.tau}
   if c.gate then self.gate = nn.Linear(H, 1) end                -- f_beta
   self.lstm = nn.LSTMCell(E + D, H)                             -- input [E y_{t-1}; z_t]
@@ -349,15 +360,15 @@ function Captioner:set_progress(done)
 end
 
 --- cap:set_hard_eval(rule) -- what a hard-attention model reads at test time from now on:
--- "argmax" | "sample" | "soft" | "marginal" (see Captioner's hard_eval); kept in the config
--- (and so in a checkpoint saved afterwards).
+-- "argmax" | "region" | "sample" | "soft" | "marginal" (see Captioner's hard_eval); kept in
+-- the config (and so in a checkpoint saved afterwards).
 function Captioner:set_hard_eval(rule)
-  if rule ~= "argmax" and rule ~= "sample" and rule ~= "soft" and rule ~= "marginal" then
-    fail(2, "Captioner:set_hard_eval: rule must be argmax, sample, soft or marginal, got %s",
-         tostring(rule))
+  if not HARD_EVAL[rule] then
+    fail(2, "Captioner:set_hard_eval: rule must be %s, got %s", HARD_EVAL_LIST, tostring(rule))
   end
   self.config.hard_eval = rule
-  self.attention.hard_eval = rule == "marginal" and "argmax" or rule
+  self.attention.hard_eval = attention_rule(rule)
+  self.attention.region = self.config.region_size or 3
 end
 
 --- cap:annotate(images (B,C,H,W)) -> a (B,L,D), h, w: the encoder's annotation grid (no
@@ -374,6 +385,7 @@ function Captioner:annotate(images)
     local B, L = a.shape[1], a.shape[2]
     a = glimpse.cat({a, self:_coords(h, w):reshape(1, L, 2):expand(B, L, 2)}, 3)
   end
+  rawset(self, "_grid", {h, w})                                 -- for the region rule
   return a, h, w
 end
 
@@ -414,7 +426,18 @@ end
 
 -- the attention state for a new image: the nn.Attention state, with the per-image cache
 function Captioner:_attention_state(a)
-  return self.attention:precompute(a, a, nil)
+  local st = self.attention:precompute(a, a, nil)
+  st.grid = self:_grid_of(a)
+  return st
+end
+
+-- the (h, w) layout of annotations a (B,L,D): the last grid the encoder made, or for
+-- annotations given directly a square grid if L is one, else a row
+function Captioner:_grid_of(a)
+  local g, L = rawget(self, "_grid"), a.shape[2]
+  if g and g[1] * g[2] == L then return g end
+  local side = math.floor(math.sqrt(L) + 0.5)
+  return side * side == L and {side, side} or {1, L}
 end
 
 -- One decoder step from h_{t-1}: attention, gate, LSTM.  xe: the embedding's share of the
@@ -806,7 +829,8 @@ function Captioner:_decode_step(fixed)
     local cache = {}
     for k, v in pairs(fixed) do cache[k] = v end
     for k, v in pairs(s.cache) do cache[k] = v end
-    local st = {cache = cache, keys = s.a, values = s.a, t = 0, logps = {}, entropies = {}}
+    local st = {cache = cache, keys = s.a, values = s.a, t = 0, logps = {}, entropies = {},
+                grid = self:_grid_of(s.a)}
     local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
     local lp = glimpse.log_softmax(self:_logits(ey, h, z), 2) + ban
     return lp, {h = h, c = c, a = s.a, cache = s.cache}, alpha

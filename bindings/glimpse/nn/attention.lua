@@ -43,8 +43,10 @@ M.Attention = Attention
 -- w_c * coverage inside the additive score), max_len (location score: most positions, 100),
 -- beta (cosine: a fixed key strength; nil: beta = softplus(w^T q + b) learned), soft_prob
 -- (hard mode: probability of using the expected context for a sequence, default 0),
--- hard_eval ("argmax" | "sample" | "soft": what hard mode does in evaluate(), "argmax"; for
--- monotonic mode "soft" keeps the expected alignment, anything else decodes hard),
+-- hard_eval ("argmax" | "sample" | "soft" | "region": what hard mode does in evaluate(),
+-- "argmax"; "region": attention.region_argmax with windows of `region` (3) positions on
+-- state.grid ({h, w}; nil: a sequence); for monotonic mode "soft" keeps the expected
+-- alignment, anything else decodes hard),
 -- estimator ("reinforce": sampled cells and their log-probabilities for a REINFORCE loss;
 -- "gumbel": straight-through Gumbel-softmax with temperature tau (1), no REINFORCE terms).
 -- "monotonic" mode (Raffel et al. 2017): stop probabilities sigmoid(e + r), the expected
@@ -68,7 +70,9 @@ function Attention:init(o)
   self.temperature = o.temperature or 1
   self.normaliser = one_of(o.normaliser or "softmax", {"softmax", "sigmoid"}, "normaliser", cls)
   self.soft_prob = o.soft_prob or 0
-  self.hard_eval = one_of(o.hard_eval or "argmax", {"argmax", "sample", "soft"}, "hard_eval", cls)
+  self.hard_eval = one_of(o.hard_eval or "argmax", {"argmax", "sample", "soft", "region"},
+                          "hard_eval", cls)
+  self.region = o.region or 3
   self.estimator = one_of(o.estimator or "reinforce", {"reinforce", "gumbel"}, "estimator", cls)
   self.tau = o.tau or 1
   self.use_coverage = o.coverage and true or false
@@ -245,6 +249,11 @@ end
 function Attention:hard_context(soft_ctx, alpha, values, state)
   if not self.training then
     if self.hard_eval == "soft" then return soft_ctx end
+    if self.hard_eval == "region" then
+      local idx = att.region_argmax(alpha, {grid = state.grid, size = self.region})
+      state.sample = idx
+      return att.read(values, idx)
+    end
     local ctx, idx = att.sample(alpha, values, {greedy = self.hard_eval == "argmax"})
     state.sample = idx
     return ctx
