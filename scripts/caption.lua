@@ -36,6 +36,7 @@ flag("--no-gate", "no beta_t gating scalar")
 flag("--no-deep-output", "p(y_t) = softmax(W h_t) instead of the deep output layer")
 flag("--no-coords", "no (x, y) cell coordinates appended to the annotations")
 flag("--output-tanh", "a tanh inside the deep output layer (the authors' code)")
+flag("--global-feature", "the mean annotation in the LSTM input at every step (Anderson et al. 2018)")
 p:option("--encoder", "small | vgg16 | resnet18 | ... (glimpse.models)", "small")
 p:option("--encoder-weights", "safetensors weights for a torchvision encoder")
 flag("--fine-tune", "train a pretrained encoder too (default: frozen when weights are given)")
@@ -96,7 +97,7 @@ local cfg = {vocab = src.vocab, image = src.image_spec, attention = args.attenti
   score = args.score, doubly_stochastic = args.ds, gate = not args.no_gate,
   deep_output = not args.no_deep_output, output_tanh = args.output_tanh, coords = not args.no_coords,
   dim_embed = args.embed, dim_hidden = args.hidden, dim_att = args.att, dropout = args.dropout,
-  max_len = args.max_len}
+  max_len = args.max_len, global_feature = args.global_feature}
 for k, v in pairs(RECIPES[args.recipe]) do cfg[k] = args[k] == nil and v or args[k] end  -- hard's
 local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)
 if args.init then cap:load_weights(args.init) end

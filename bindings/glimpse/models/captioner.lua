@@ -189,7 +189,7 @@ M.RECIPES = {
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
 ---           hard_eval="argmax", marginal_cells=8, region_size=3, samples=1, baseline="average"|"loo", estimator="reinforce",
 ---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, mix="sample",
----           coords=false,
+---           coords=false, global_feature=false,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
 -- list.  encoder: a module with :grid (glimpse.models' encoders) or the options of
@@ -210,6 +210,10 @@ M.RECIPES = {
 -- batch decoded both ways, soft_prob L(expected) + (1 - soft_prob) L(samples)).  coords=true appends each
 -- cell's (x, y) centre in [-1,1] to its annotation (D + 2 features; not in the paper: the CNN
 -- grid alone says little about where a cell is, which captions of spatial relations need).
+-- global_feature=true adds the mean annotation to the LSTM input at every step, W_g mean_i a_i
+-- (Anderson et al. 2018's top-down LSTM; not in Xu et al., whose decoder sees the whole
+-- image only through h_0, c_0): a decoder that reads one cell per word (hard attention)
+-- then still knows what the rest of the image holds, e.g. how many items there are.
 -- image: what cap:prepare does to
 -- an image or a file before encoding (channel count, size, normalisation).
 function Captioner:init(o)
@@ -236,6 +240,7 @@ function Captioner:init(o)
   local D = encoder.grid_dim + (coords and 2 or 0)
   local c = {
     coords = coords,
+    global_feature = bool(o, "global_feature", false),
     dim_embed = positive_int(o, "dim_embed", 64, 4),
     dim_hidden = positive_int(o, "dim_hidden", 256, 4),
     dim_att = positive_int(o, "dim_att", 128, 4),
@@ -313,6 +318,9 @@ function Captioner:init(o)
                                 estimator = c.estimator, tau = c.tau}
   if c.gate then self.gate = nn.Linear(H, 1) end                -- f_beta
   self.lstm = nn.LSTMCell(E + D, H)                             -- input [E y_{t-1}; z_t]
+  if c.global_feature then                                      -- ... and W_g mean_i a_i
+    self.global_in = nn.Linear(D, 4 * H, {bias = false})
+  end
   if c.deep_output then
     self.out_h = nn.Linear(H, E)                                -- L_h
     self.out_z = nn.Linear(D, E)                                -- L_z
@@ -424,6 +432,14 @@ function Captioner:initial_state(a)
   return self.init_h(mean):tanh(), self.init_c(mean):tanh()
 end
 
+-- global_feature: the mean annotation's share of the LSTM input at every step, W_g v (B,4H)
+-- with v = mean_i a_i (Anderson et al. 2018's top-down LSTM reads the mean-pooled image
+-- feature at every step); nil without it.  Constant over a caption, so it is computed once.
+function Captioner:_global_input(a)
+  if not self.config.global_feature then return nil end
+  return self.global_in(a:mean(2))
+end
+
 -- the attention state for a new image: the nn.Attention state, with the per-image cache
 function Captioner:_attention_state(a)
   local st = self.attention:precompute(a, a, nil)
@@ -510,6 +526,8 @@ function Captioner:forward(x, captions_in, opts)
   local ey = self.embed(captions_in)                            -- (B,T,E)
   local We, Wz = self:_split_lstm()
   local xe = glimpse.linear(ey, We, self.lstm.bias_ih)          -- one sgemm for all steps
+  local g = self:_global_input(a)
+  if g then xe = xe + g:reshape(B, 1, g.shape[2]) end
   local h, c = self:initial_state(a)
   local st = self:_attention_state(a)
   if opts and opts.use_soft ~= nil then st.use_soft = opts.use_soft end
@@ -758,7 +776,7 @@ function Captioner:_decode_state(a)
     if glimpse.is_tensor(v) and v:dim() >= 1 and v.shape[1] == a.shape[1] then cache[k] = v
     else fixed[k] = v end
   end
-  return {h = h, c = c, a = a, cache = cache}, fixed
+  return {h = h, c = c, a = a, cache = cache, g = self:_global_input(a)}, fixed
 end
 
 -- hard_eval = "marginal": decode's step for hard attention with the attended cell summed
@@ -782,6 +800,7 @@ function Captioner:_marginal_step(fixed, ban)
     end
     local ey = self.embed(tokens)                               -- (N,E)
     local xe = glimpse.linear(ey, We, self.lstm.bias_ih)        -- (N,4H)
+    if s.g then xe = xe + s.g end
     local cache = {}
     for k, v in pairs(fixed) do cache[k] = v end
     for k, v in pairs(s.cache) do cache[k] = v end
@@ -809,7 +828,7 @@ function Captioner:_marginal_step(fixed, ban)
                                      self.lstm.weight_hh, self.lstm.bias_hh)
     local lp = glimpse.log_softmax(self:_logits(rep(ey, E), h2, z), 2):reshape(N, M, V)
     local mix = (lp + lw:reshape(N, M, 1)):logsumexp(2)          -- (N,V)
-    return mix:reshape(N, V) + ban, {hs = h2:reshape(N, M, H), cs = c2:reshape(N, M, H), lw = lw,
+    return mix:reshape(N, V) + ban, {hs = h2:reshape(N, M, H), cs = c2:reshape(N, M, H), lw = lw, g = s.g,
                                      lp = lp, a = s.a, cache = s.cache}, alpha
   end
 end
@@ -826,6 +845,7 @@ function Captioner:_decode_step(fixed)
   return function(tokens, s)
     local ey = self.embed(tokens)                               -- (N,E)
     local xe = glimpse.linear(ey, We, self.lstm.bias_ih)
+    if s.g then xe = xe + s.g end
     local cache = {}
     for k, v in pairs(fixed) do cache[k] = v end
     for k, v in pairs(s.cache) do cache[k] = v end
@@ -833,7 +853,7 @@ function Captioner:_decode_step(fixed)
                 grid = self:_grid_of(s.a)}
     local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
     local lp = glimpse.log_softmax(self:_logits(ey, h, z), 2) + ban
-    return lp, {h = h, c = c, a = s.a, cache = s.cache}, alpha
+    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g}, alpha
   end
 end
 
