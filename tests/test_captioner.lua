@@ -7,6 +7,7 @@ local glimpse = require "glimpse"
 local Captioner = require("glimpse.captioner").Captioner
 local metrics = require "glimpse.metrics"
 local att = glimpse.attention
+local assert_close = require("tests.helpers").assert_close
 
 local Vocab = glimpse.data.Vocab
 
@@ -165,12 +166,44 @@ function T.test_coords_append_two_features_in_minus_one_to_one()
   lu.assertAlmostEquals(xy[2][2], -0.75, EXACT)
 end
 
+function T.test_global_feature_adds_w_g_of_the_mean_annotation_to_every_lstm_input()
+  -- with W_g = 0 the model is the one without the option (same other weights); with W_g
+  -- set, step t's logits follow the LSTM input E-part + W_z z_t + W_g mean_i a_i
+  glimpse.manual_seed(25)
+  local with = tiny({global_feature = true})
+  local without = tiny()
+  without:load_state_dict(with:state_dict(), {strict = false})
+  local b = batch(CAPS)
+  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
+  glimpse.no_grad(function() with.global_in.weight:zero_() end)
+  local l1 = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
+  local l0 = glimpse.no_grad(function() return (without:forward(a, b.captions_in)) end)
+  lu.assertEquals((l1 - l0):abs():max():item(), 0)
+  -- W_g v is the same as a bias of W_g v on the LSTM input, one per caption
+  glimpse.no_grad(function() with.global_in.weight:uniform_(-0.5, 0.5) end)
+  local gv = glimpse.no_grad(function() return with.global_in(a:mean(2)) end)    -- (B,4H)
+  local lg = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
+  for k = 1, 2 do
+    local one = tiny()
+    one:load_state_dict(with:state_dict(), {strict = false})
+    glimpse.no_grad(function() one.lstm.bias_ih:add_(gv[k]) end)
+    local lk = glimpse.no_grad(function()
+      return (one:forward(a:narrow(1, k, 1), b.captions_in:narrow(1, k, 1)))
+    end)
+    assert_close(lk[1], lg[k], {rtol = 1e-5, floor = 1}, "caption " .. k)
+  end
+  -- beam search carries W_g v along its beams: beam 1 = greedy, batch = single
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  lu.assertEquals(with:caption(imgs[2], {beam = 1}), with:caption(imgs, {beam = 1})[2])
+  lu.assertEquals(type(with:caption(imgs[1], {beam = 3})), "string")
+end
+
 -- ---------------------------------------------------------------------------------------
 -- gradients
 
 function T.test_gradcheck_of_the_loss_through_attention_gate_lstm_and_deep_output()
   glimpse.manual_seed(5)
-  local cap = tiny({doubly_stochastic = 0.5})
+  local cap = tiny({doubly_stochastic = 0.5, global_feature = true})
   -- v = 0 would make the attention uniform and cut the gradient to W and U
   glimpse.no_grad(function() cap.attention.v:uniform_(-1, 1) end)
   local b = batch({{"a", "red", "circle"}, {"a", "square", "below", "a", "circle"}})
@@ -178,7 +211,7 @@ function T.test_gradcheck_of_the_loss_through_attention_gate_lstm_and_deep_outpu
   local function f() return (cap:loss(a, b.captions_in, b.captions_out, b.mask)) end
   local checks = {cap.attention.v, cap.attention.query_proj.weight, cap.attention.key_proj.weight,
                   cap.gate.weight, cap.lstm.weight_ih, cap.out_z.weight, cap.init_h.weight,
-                  cap.embed.weight}
+                  cap.embed.weight, cap.global_in.weight}
   for _, p in ipairs(checks) do
     lu.assertTrue(glimpse.gradcheck(function() return f() end, {p},
                                     {eps = GRAD_EPS, atol = GRAD_ATOL, rtol = GRAD_RTOL,
