@@ -88,6 +88,22 @@ static int l_mh_probs(lua_State *L) {
   return 1;
 }
 
+/* mh_packed(qkv (B,T,3d), mask (B,T) or nil, heads, causal, scale, want_probs)
+ *   -> ctx (B,T,d), probs (B,heads,T,T) or nil (when want_probs is false) */
+static int l_mh_packed(lua_State *L) {
+  gl_tensor *qkv = lg_check(L, 1);
+  gl_tensor *mask = lg_optarg(L, 2);
+  int heads = lg_checkint(L, 3);
+  int causal = lua_toboolean(L, 4);
+  float scale = (float)luaL_checknumber(L, 5);
+  int want = lua_toboolean(L, 6);
+  gl_tensor **ctx = lg_newbox(L);
+  gl_tensor **probs = want ? lg_newbox(L) : NULL;
+  LG_TRY(L, "attn_mh_packed", gl_attn_mh_packed(ctx, probs, qkv, mask, heads, causal, scale));
+  if (!want) lua_pushnil(L);
+  return 2;
+}
+
 /* cosine(k (B,D), mem (B,N,D), beta (B) or nil) -> (B,N) */
 static int l_cosine(lua_State *L) {
   gl_tensor *k = lg_check(L, 1), *mem = lg_check(L, 2), *beta = lg_optarg(L, 3);
@@ -115,7 +131,8 @@ static int l_sharpen(lua_State *L) {
 static const luaL_Reg attention_fns[] = {
     {"additive", l_additive},   {"additive_scores", l_additive_scores},
     {"dot", l_dot},             {"context", l_context},
-    {"mh_probs", l_mh_probs},   {"cosine", l_cosine},
+    {"mh_probs", l_mh_probs},   {"mh_packed", l_mh_packed},
+    {"cosine", l_cosine},
     {"circular_shift", l_circular_shift}, {"sharpen", l_sharpen},
     {NULL, NULL}};
 

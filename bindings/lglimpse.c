@@ -151,21 +151,27 @@ int lg_checkshape(lua_State *L, int i, int *shape) {
 }
 
 /* Tensor bytes live in C where Lua's collector cannot see them: a handle is a few bytes
- * to Lua however large its tensor.  So the collector is driven by tensor allocation: every
- * GC_STEP_BYTES handed out by the engine count as that much Lua allocation (an incremental
- * step of that size), and a full collection runs if the engine ever holds far more than it
- * did after the previous one.  Dead tensors' bytes go back to the cache promptly and a
- * training loop keeps a flat resident size. */
+ * to Lua however large its tensor.  So the collector is driven by tensor allocation: once the
+ * engine has handed out GC_STEP_BYTES, or half the bytes live now if that is more, since the
+ * previous step, that much counts as Lua allocation (an incremental step of that size, which
+ * here completes a cycle), and a full collection runs if the engine ever holds far more than
+ * it did after the previous one.  Dead tensors' bytes go back to the cache promptly and a
+ * training loop keeps a flat resident size (at most about half as much again as it holds).
+ * Why the half: every cycle marks the whole Lua heap and runs the finalizers of the dead
+ * handles; with a fixed 1 MB step a training step of W1 (~100 MB of activations and
+ * gradients) ran about 45 cycles, 2.2 ms of its ~48 ms, against 3 cycles and 0.7 ms now. */
 #define GC_STEP_BYTES ((size_t)1 << 20)
 static size_t gc_baseline, gc_handed;
 
 void lg_account(lua_State *L) {
   size_t handed = gl_bytes_handed_out();
-  if (handed - gc_handed >= GC_STEP_BYTES) {
+  size_t live = gl_bytes_live();
+  size_t step = live / 2 > GC_STEP_BYTES ? live / 2 : GC_STEP_BYTES;
+  if (handed - gc_handed >= step) {
     lua_gc(L, LUA_GCSTEP, (int)((handed - gc_handed) >> 10));
     gc_handed = handed;
+    live = gl_bytes_live();
   }
-  size_t live = gl_bytes_live();
   if (live > 2 * gc_baseline + ((size_t)256 << 20)) {
     lua_gc(L, LUA_GCCOLLECT);
     gc_baseline = gl_bytes_live();

@@ -459,6 +459,11 @@ int gl_attn_context(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *scores, gl_te
  * key j visible to query i iff j <= i -> probs (N,Tq,Tk) = softmax(scale q k^T) */
 int gl_attn_mh_probs(gl_tensor **probs, gl_tensor *q, gl_tensor *k, const gl_tensor *mask,
                      int heads, int causal, float scale);
+/* multi-head self-attention on the packed projection qkv (B,T,3d) = [q | k | v] per row,
+ * heads read in place: ctx (B,T,d) (heads merged) = P V, P = softmax(scale q k^T) per head
+ * (mask (B,T) or NULL, causal as above); probs NULL, or receives P (B,heads,T,T) */
+int gl_attn_mh_packed(gl_tensor **ctx, gl_tensor **probs, gl_tensor *qkv, const gl_tensor *mask,
+                      int heads, int causal, float scale);
 /* NTM: e_bn = beta_b cos(k_b, mem_bn); k (B,D), mem (B,N,D), beta (B) or NULL */
 int gl_attn_cosine(gl_tensor **scores, gl_tensor *k, gl_tensor *mem, gl_tensor *beta);
 /* out_bi = sum_k s_b(k+K) w_b((i-k) mod N); w (B,N), s (B,2K+1) for shifts -K..K */

@@ -24,13 +24,12 @@
  * all zeros (weights and context).  A NaN (or +inf) score among the visible positions makes
  * the row's weights and context NaN, as in PyTorch, instead of passing for a masked row.  The ops have two outputs, ctx (B,Dv) and alpha (B,L); gradients flow from both.
  *
- * The multi-head core, gl_attn_mh_probs, computes softmax(scale Q K^T + masks) for all heads
- * and batch items with one batched sgemm forward and two backward.
+ * The multi-head core is in ops_attention_mh.c.
  *
  * Threads: the tails, the additive scores and their gradients run on the pool (parallel.h)
  * by batch rows b; the one sum over all rows (the additive score's gv) stays on one thread.
  */
-#include "glimpse_internal.h"
+#include "ops_attention.h"
 #include "parallel.h"
 #include "vmath.h"
 
@@ -93,8 +92,8 @@ static int check_tail(const char *op, const gl_tensor *values, const gl_tensor *
  * makes every visible weight NaN, as PyTorch's softmax does: a diverging model must not look
  * like a masked one.  in == out is fine.  Straight passes over the row (max, exp, mask
  * select, sum, scale), so each vectorises. */
-static void softmax_row(const float *in, float *out, int n, int lim, const float *mask,
-                        float scale) {
+void gl_attn_softmax_row(const float *in, float *out, int n, int lim, const float *mask,
+                         float scale) {
   float mx = -INFINITY;
   int nan = 0;
   if (mask) {
@@ -145,7 +144,7 @@ static void tail_forward_range(void *c, size_t lo, size_t hi, int slot) {
     const float *eb = e + (size_t)b * L, *mb = mask ? mask + (size_t)b * L : NULL;
     float *pb = p + (size_t)b * L;
     if (g->norm == GL_ATTN_SOFTMAX) {
-      softmax_row(eb, pb, L, L, mb, g->inv_t);
+      gl_attn_softmax_row(eb, pb, L, L, mb, g->inv_t);
     } else {
       float *sb = s + (size_t)b * L;
       double sum = 0;
@@ -299,9 +298,6 @@ fail:
   return st;
 }
 
-/* scratch sizes are never 0 (the allocator wants a real bucket) */
-static size_t scratch_n(size_t n) { return n ? n : 1; }
-
 static gl_tensor *saved_at(gl_node *n, int slot) {
   int k = GL_NODE_STATE(n, attn_state)->at[slot];
   return k >= 0 ? n->saved[k] : NULL;
@@ -314,7 +310,7 @@ static int tail_grad(gl_node *n, gl_tensor **gout, int vi, int pi, float **ge_ou
   gl_tensor *prior = n->in[pi];
   gl_tensor *gv = gl_grad_of(n, vi), *gp = prior ? gl_grad_of(n, pi) : NULL;
   size_t BL = (size_t)g.B * g.L;
-  float *ge = gl_scratch_alloc(scratch_n(BL));
+  float *ge = gl_scratch_alloc(gl_attn_scratch_n(BL));
   if (!ge) return gl_fail(GL_ENOMEM, "%s backward: out of memory", n->op->name);
   tail_backward(&g, n->in[vi]->data, alpha->data, p ? p->data : alpha->data,
                 s ? s->data : NULL, prior ? prior->data : NULL, gout[0]->data, gout[1]->data,
@@ -390,7 +386,7 @@ static int additive_backward(gl_node *n, gl_tensor **gout) {
   additive_grad(ge, saved_at(n, SI_EXTRA)->data, n->in[2]->data, B, L, H,
                 data_or_null(gl_grad_of(n, 0)), data_or_null(gl_grad_of(n, 1)),
                 data_or_null(gl_grad_of(n, 2)));
-  gl_scratch_free(ge, scratch_n((size_t)B * L));
+  gl_scratch_free(ge, gl_attn_scratch_n((size_t)B * L));
   return GL_OK;
 }
 
@@ -553,7 +549,7 @@ static int dot_backward(gl_node *n, gl_tensor **gout) {
   gl_tensor *gq = gl_grad_of(n, 0), *gk = gl_grad_of(n, 1);
   dot_ctx c = {q, k, ge, L, D, scale, gq ? gq->data : NULL, gk ? gk->data : NULL};
   gl_parallel_for((size_t)B, (size_t)L * D * 4, dot_grad_range, &c);
-  gl_scratch_free(ge, scratch_n((size_t)B * L));
+  gl_scratch_free(ge, gl_attn_scratch_n((size_t)B * L));
   return GL_OK;
 }
 
@@ -604,7 +600,7 @@ static int context_backward(gl_node *n, gl_tensor **gout) {
   size_t BL = (size_t)tg->B * tg->L;
   gl_tensor *gs = gl_grad_of(n, 0);
   if (gs) gl_parallel_for(BL, 1, context_grad_range, &(dot_ctx){NULL, NULL, ge, 0, 0, 0, gs->data, NULL});
-  gl_scratch_free(ge, scratch_n(BL));
+  gl_scratch_free(ge, gl_attn_scratch_n(BL));
   return GL_OK;
 }
 
@@ -625,112 +621,4 @@ int gl_attn_context(gl_tensor **ctx, gl_tensor **alpha, gl_tensor *scores, gl_te
   gl_tensor *in[3] = {scores, values, prior};
   gl_node *n;
   return tail_run(&op_attn_context, &g, scores->data, ctx, alpha, 3, in, 1, 2, mask, NULL, &n);
-}
-
-/* ------------------------------------------------------------------------ */
-/* multi-head probabilities: q (N,Tq,d), k (N,Tk,d), N = B*heads (batch-major: row n is batch
- * item n / heads), mask (B,Tk) 0/1 or NULL, causal (key j visible to query i iff j <= i)
- *   -> P (N,Tq,Tk) = softmax_j(scale q_ni . k_nj) over the visible keys (rows with no visible
- *      key are zeros)
- * backward: gS = P * (gP - rowsum(gP * P));  gq += scale gS k;  gk += scale gS^T q
- * Both directions are batched sgemms over the N heads. */
-
-typedef struct { int N, Tq, Tk, d; float scale; } mh_probs_state;
-
-typedef struct {
-  const float *P, *gP, *mask;
-  float *out;
-  int Tq, Tk, heads, causal;
-} mh_ctx;
-
-/* rows r = n Tq + i: gS = P * (gP - rowsum(gP * P)) */
-static void mh_grad_range(void *ctx, size_t lo, size_t hi, int slot) {
-  (void)slot;
-  const mh_ctx *c = ctx;
-  int Tk = c->Tk;
-  for (size_t r = lo; r < hi; r++) {
-    const float *pr = c->P + r * Tk, *gr = c->gP + r * Tk;
-    float *sr = c->out + r * Tk;
-    float dot = vm_dot(gr, pr, (size_t)Tk);
-    for (int j = 0; j < Tk; j++) sr[j] = pr[j] * (gr[j] - dot);
-  }
-}
-
-/* rows r = n Tq + i of P, softmaxed in place over their visible keys */
-static void mh_softmax_range(void *ctx, size_t lo, size_t hi, int slot) {
-  (void)slot;
-  const mh_ctx *c = ctx;
-  int Tq = c->Tq, Tk = c->Tk;
-  for (size_t r = lo; r < hi; r++) {
-    int nn = (int)(r / (size_t)Tq), i = (int)(r % (size_t)Tq);
-    const float *mb = c->mask ? c->mask + (size_t)(nn / c->heads) * Tk : NULL;
-    float *row = c->out + r * Tk;
-    int lim = c->causal && i + 1 < Tk ? i + 1 : Tk;   /* keys [0, lim) may be visible */
-    softmax_row(row, row, Tk, lim, mb, 1.0f);
-  }
-}
-
-static int mh_probs_backward(gl_node *n, gl_tensor **gout) {
-  const mh_probs_state *ms = GL_NODE_STATE(n, mh_probs_state);
-  int N = ms->N, Tq = ms->Tq, Tk = ms->Tk, d = ms->d;
-  float scale = ms->scale;
-  const float *P = n->saved[0]->data, *gP = gout[0]->data;
-  gl_tensor *gq = gl_grad_of(n, 0), *gk = gl_grad_of(n, 1);
-  if (!gq && !gk) return GL_OK;
-  size_t tot = (size_t)N * Tq * Tk;
-  float *gS = gl_scratch_alloc(scratch_n(tot));
-  if (!gS) return gl_fail(GL_ENOMEM, "attn_mh_probs backward: out of memory");
-  mh_ctx c = {P, gP, NULL, gS, Tq, Tk, 0, 0};
-  gl_parallel_for((size_t)N * Tq, (size_t)Tk * 4, mh_grad_range, &c);
-  if (tot) {
-    if (gq)
-      gl_sgemm_batched(0, 0, N, Tq, d, Tk, scale, gS, (size_t)Tq * Tk, n->in[1]->data,
-                       (size_t)Tk * d, 1.0f, gq->data, (size_t)Tq * d);
-    if (gk)
-      gl_sgemm_batched(1, 0, N, Tk, d, Tq, scale, gS, (size_t)Tq * Tk, n->in[0]->data,
-                       (size_t)Tq * d, 1.0f, gk->data, (size_t)Tk * d);
-  }
-  gl_scratch_free(gS, scratch_n(tot));
-  return GL_OK;
-}
-
-static const gl_op op_attn_mh_probs = {"attn_mh_probs", mh_probs_backward};
-
-int gl_attn_mh_probs(gl_tensor **probs, gl_tensor *q, gl_tensor *k, const gl_tensor *mask,
-                     int heads, int causal, float scale) {
-  const char *op = "attn_mh_probs";
-  char b1[128], b2[128];
-  int st;
-  if (q->ndim != 3 || k->ndim != 3 || q->shape[0] != k->shape[0] || q->shape[2] != k->shape[2])
-    return gl_fail(GL_ESHAPE, "%s: q %s and k %s should be (N,Tq,d) and (N,Tk,d)", op,
-                   SHAPE(b1, q), SHAPE(b2, k));
-  int N = q->shape[0], Tq = q->shape[1], Tk = k->shape[1], d = q->shape[2];
-  if (heads < 1 || N % heads)
-    return gl_fail(GL_EARG, "%s: %d rows are not a multiple of %d heads", op, N, heads);
-  int B = N / heads;
-  if (mask && (mask->ndim != 2 || mask->shape[0] != B || mask->shape[1] != Tk))
-    return gl_fail(GL_ESHAPE, "%s: key padding mask %s should be (B,Tk) = [%d,%d]", op,
-                   SHAPE(b1, mask), B, Tk);
-  if ((st = gl_blas_init())) return st;
-  if ((st = gl_empty(probs, 3, (int[]){N, Tq, Tk}))) return st;
-  float *P = (*probs)->data;
-  size_t tot = (size_t)N * Tq * Tk;
-  if (!tot) goto record;
-  if (d > 0)
-    gl_sgemm_batched(0, 1, N, Tq, Tk, d, scale, q->data, (size_t)Tq * d, k->data,
-                     (size_t)Tk * d, 0.0f, P, (size_t)Tq * Tk);
-  else
-    memset(P, 0, tot * sizeof(float));
-  mh_ctx c = {NULL, NULL, mask ? mask->data : NULL, P, Tq, Tk, heads, causal};
-  gl_parallel_for((size_t)N * Tq, (size_t)Tk * 16, mh_softmax_range, &c);
-record:;
-  gl_tensor *in[2] = {q, k};
-  gl_node *n = gl_record(&op_attn_mh_probs, 2, in, 1, probs);
-  if (n) {
-    gl_tensor *al = gl_alias(*probs);
-    gl_save(n, al);
-    gl_release(al);
-    *GL_NODE_STATE(n, mh_probs_state) = (mh_probs_state){N, Tq, Tk, d, scale};
-  }
-  return GL_OK;
 }

@@ -1,5 +1,5 @@
 -- tests/test_attention.lua -- the attention library: engine/ops_attention.c,
--- engine/ops_attention_ntm.c, bindings/l_attention.c, glimpse.attention, the nn attention
+-- engine/ops_attention_mh.c, engine/ops_attention_ntm.c, bindings/l_attention.c, glimpse.attention, the nn attention
 -- modules and glimpse.viz.
 --
 -- Three kinds of checks: agreement with PyTorch (tests/fixtures/attn_*.safetensors, made by
@@ -143,6 +143,10 @@ end
 
 function T.test_multihead_causal_self_attention_matches_pytorch()
   check_mha_fixture("attn_mha_causal", true, true)
+end
+
+function T.test_multihead_self_attention_with_padding_matches_pytorch()
+  check_mha_fixture("attn_mha_self", false, true)
 end
 
 function T.test_multihead_parameter_names_are_pytorchs()
@@ -564,6 +568,71 @@ function T.test_multihead_need_weights_false_skips_the_weights_only()
   lu.assertNotNil(w)
   lu.assertNil(w2)
   assert_close(out2, out, scaled(0), "output")
+end
+
+function T.test_multihead_fused_self_attention_matches_the_unfused_path()
+  -- the fused op (heads read in place from the packed projection) against the general path
+  -- (heads permuted into copies, gl_attn_mh_probs, a batched matmul): outputs, weights and
+  -- every gradient, with and without causal and padding masks and the weights
+  local B, Tn, d, h = 3, 5, 12, 3
+  local mask = {{1, 1, 1, 1, 1}, {1, 1, 0, 0, 0}, {1, 1, 1, 1, 0}}
+  for _, causal in ipairs({false, true}) do
+    for _, m in ipairs({false, true}) do
+      for _, need in ipairs({true, false}) do
+        glimpse.manual_seed(31)
+        local mha = nn.MultiheadAttention(d, h, {causal = causal})
+        glimpse.no_grad(function() mha.in_proj_bias:uniform_(-0.1, 0.1) end)
+        local x = glimpse.randn(B, Tn, d)
+        local dout, dw = glimpse.randn(B, Tn, d), glimpse.randn(B, Tn, Tn)
+        local res = {}
+        for i, fused in ipairs({true, false}) do
+          mha:zero_grad()
+          local xi = x:clone():requires_grad()
+          local out, w = att.multi_head(xi, nil, nil, {
+            heads = h, in_proj_weight = mha.in_proj_weight, in_proj_bias = mha.in_proj_bias,
+            out_weight = mha.out_proj.weight, out_bias = mha.out_proj.bias},
+            {mask = m and mask or nil, causal = causal, need_weights = need, fused = fused})
+          local loss = (out * dout):sum()
+          if need then loss = loss + (w * dw):sum() end
+          loss:backward()
+          res[i] = {out = out:detach(), w = w and w:detach(), gx = xi.grad,
+                    gW = mha.in_proj_weight.grad:clone(), gb = mha.in_proj_bias.grad:clone(),
+                    gO = mha.out_proj.weight.grad:clone()}
+        end
+        local what = string.format("causal %s mask %s weights %s", causal, m, need)
+        for _, k in ipairs({"out", "w", "gx", "gW", "gb", "gO"}) do
+          if res[2][k] then assert_close(res[1][k], res[2][k], scaled(REF_TOL), what .. " " .. k) end
+        end
+        if not need then lu.assertNil(res[1].w) end
+      end
+    end
+  end
+end
+
+function T.test_multihead_fused_op_gradients_match_finite_differences()
+  -- the raw op, both outputs (the context and the per-head probabilities) differentiated
+  glimpse.manual_seed(32)
+  local qkv = leaf(2, 4, 12)       -- d = 4, 2 heads of 2
+  local mask = glimpse.tensor{{1, 1, 1, 1}, {1, 1, 1, 0}}
+  for _, causal in ipairs({false, true}) do
+    gradcheck(function()
+      local ctx, p = glimpse._attention.mh_packed(qkv, mask, 2, causal, 0.7, true)
+      return glimpse.cat({ctx:reshape(2, 16), p:reshape(2, 32)}, 2)
+    end, {qkv}, "mh_packed causal " .. tostring(causal))
+  end
+end
+
+function T.test_multihead_fused_op_rejects_bad_shapes()
+  local ap = glimpse._attention
+  local ok, msg = pcall(ap.mh_packed, glimpse.randn(2, 3, 10), nil, 2, false, 1, false)
+  lu.assertFalse(ok)
+  lu.assertStrContains(msg, "should be (B,T,3d)")
+  ok, msg = pcall(ap.mh_packed, glimpse.randn(2, 3, 12), nil, 3, false, 1, false)
+  lu.assertFalse(ok)
+  lu.assertStrContains(msg, "not a multiple of 3 heads")
+  ok, msg = pcall(ap.mh_packed, glimpse.randn(2, 3, 12), glimpse.ones(2, 4), 2, false, 1, false)
+  lu.assertFalse(ok)
+  lu.assertStrContains(msg, "key padding mask")
 end
 
 -- ---------------------------------------------------------------------------------------

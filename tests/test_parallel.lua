@@ -165,6 +165,12 @@ function T.test_attention_ops_same_on_1_and_2_threads()
     local p = att.mh_probs(q, k, mask, 4, true, 0.25)
     return backward_through(p, {q, k})
   end)
+  same_bits("fused multi-head self-attention (one head per pool unit)", function()
+    local qkv = leaf(8, 40, 96)
+    local mask = glimpse.rand(8, 40):gt(glimpse.full({8, 40}, 0.1))
+    local ctx, p = att.mh_packed(qkv, mask, 4, true, 0.25, true)
+    return backward_through(glimpse.cat({ctx:reshape(8, -1), p:reshape(8, -1)}, 2), {qkv})
+  end)
 end
 
 function T.test_convolution_and_pooling_same_on_1_and_2_threads()

@@ -816,7 +816,9 @@ end
 -- p: heads, in_proj_weight (3d,d), in_proj_bias (3d) or nil, out_weight (d,d), out_bias (d)
 -- or nil.  opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
 -- dropout (on the attention weights) and training, need_weights (default true; false skips
--- averaging the weights, as PyTorch's need_weights=False).  key/value nil: self-attention.
+-- averaging the weights, as PyTorch's need_weights=False), fused (default true: self-attention
+-- without dropout runs as one fused op; false forces the general path, which computes the same).
+-- key/value nil: self-attention.
 function M.multi_head(query, key, value, p, opts)
   opts = check_opts(opts, "attention.multi_head", 2) or {}
   check_tensor(query, "query", 3, 2, "attention.multi_head")
@@ -834,6 +836,18 @@ function M.multi_head(query, key, value, p, opts)
   if d % h ~= 0 then error(string.format("attention.multi_head: width %d is not a multiple of %d heads", d, h), 2) end
   local dh = d // h
   local W, bias = p.in_proj_weight, p.in_proj_bias
+  local dropping = (opts.dropout or 0) > 0 and opts.training
+  if key == query and value == query and not dropping and opts.fused ~= false then
+    -- self-attention without dropout: one fused op reads every head in place from the packed
+    -- projection and writes the merged context (no head split/merge copies, either way);
+    -- opts.fused = false takes the general path below, the fused op's test oracle
+    local qkv = glimpse.linear(query, W, bias)                      -- (B,T,3d)
+    local ctx, P = C.mh_packed(qkv, as_tensor(opts.mask), h, opts.causal or false,
+                               1 / math.sqrt(dh), opts.need_weights ~= false)
+    local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
+    if opts.need_weights == false then return out, nil end
+    return out, P:mean(2)
+  end
   local q, k, v
   if key == query and value == query then
     -- one sgemm for q, k and v, then one copy that puts heads first for all three:
@@ -851,7 +865,7 @@ function M.multi_head(query, key, value, p, opts)
   end
   local P = C.mh_probs(q, k, as_tensor(opts.mask), h, opts.causal or false, 1 / math.sqrt(dh))
   local Pd = P
-  if (opts.dropout or 0) > 0 and opts.training then Pd = glimpse.dropout(P, opts.dropout, true) end
+  if dropping then Pd = glimpse.dropout(P, opts.dropout, true) end
   local ctx = Pd:matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, d)
   local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
   if opts.need_weights == false then return out, nil end
