@@ -36,7 +36,7 @@ flag("--no-gate", "no beta_t gating scalar")
 flag("--no-deep-output", "p(y_t) = softmax(W h_t) instead of the deep output layer")
 flag("--no-coords", "no (x, y) cell coordinates appended to the annotations")
 flag("--output-tanh", "a tanh inside the deep output layer (the authors' code)")
-flag("--global-feature", "the mean annotation in the LSTM input at every step (Anderson et al. 2018)")
+flag("--no-global-feature", "no mean annotation in the LSTM input at every step (Anderson et al. 2018)")
 p:option("--encoder", "small | vgg16 | resnet18 | ... (glimpse.models)", "small")
 p:option("--encoder-weights", "safetensors weights for a torchvision encoder")
 flag("--fine-tune", "train a pretrained encoder too (default: frozen when weights are given)")
@@ -72,6 +72,7 @@ num("--lr", "Adam learning rate", "0.003")
 num("--clip", "gradient-norm clip (0: none)", "5")
 choice("--lr-decay", "cosine (to 0 over the step budget) | none", {"cosine", "none"}, "cosine")
 num("--beam", "beam size for the test captions", "3")
+num("--length-penalty", "beam search's length normalisation alpha (hard: the recipe's; also with --load)")
 num("--overlays", "test images drawn with per-word attention", "8")
 p:option("--init", "start from the weights of a saved captioner (the sizes must match)")
 local args = experiment.parse(p)
@@ -97,13 +98,12 @@ local cfg = {vocab = src.vocab, image = src.image_spec, attention = args.attenti
   score = args.score, doubly_stochastic = args.ds, gate = not args.no_gate,
   deep_output = not args.no_deep_output, output_tanh = args.output_tanh, coords = not args.no_coords,
   dim_embed = args.embed, dim_hidden = args.hidden, dim_att = args.att, dropout = args.dropout,
-  max_len = args.max_len, global_feature = args.global_feature}
-for k, v in pairs(RECIPES[args.recipe]) do cfg[k] = args[k] == nil and v or args[k] end  -- hard's
+  max_len = args.max_len, global_feature = not args.no_global_feature, length_penalty = args.length_penalty}
+for k, v in pairs(args.attention == "hard" and RECIPES[args.recipe] or {}) do cfg[k] = args[k] == nil and v or args[k] end
 local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)
 if args.init then cap:load_weights(args.init) end
-if args.load and args.hard_eval then                  -- a saved hard model read by another rule
-  cap:set_hard_eval(args.hard_eval)
-end
+if args.load and args.hard_eval then cap:set_hard_eval(args.hard_eval) end  -- another test rule
+if args.length_penalty then cap.config.length_penalty = args.length_penalty end
 run.config = cap.config
 run:print(string.format("  %s: %d train / %d valid / %d test, vocab %d (data %.1fs)", name,
                         src.train.n, src.valid.n, src.test.n, src.vocab:size(), glimpse.clock() - t0))

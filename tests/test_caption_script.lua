@@ -5,8 +5,8 @@
 -- in Karpathy's JSON format (a few PNGs and a split file the test writes) through a ResNet-18
 -- encoder whose weights, in torchvision's names, the test writes too (glimpse.models'
 -- deterministic fill); and the shipped captioners (models/scenes-*.safetensors), which must
--- still caption 200 test scenes at BLEU-4 >= 35 (soft) and >= 34 (hard) with beam 3, with at
--- least twice the chance attention mass inside the named item's box.
+-- still caption 200 test scenes at BLEU-4 >= 35 with beam 3, with at least twice the chance
+-- attention mass inside the named item's box.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
 local util = glimpse.util
@@ -15,10 +15,9 @@ local H = require "tests.helpers"
 local T = {}
 
 local WINDOW = 1280
--- The issue asks for BLEU-4 >= 0.35 on these 200 scenes: scenes-soft reaches 0.362; scenes-hard
--- (hard attention from scratch, --mix expected, continued) 0.349, so for it the test guards
--- what it reaches (models/README.md, docs/experiments/caption.md).
-local SHIPPED_BLEU4 = {["scenes-soft"] = 0.35, ["scenes-hard"] = 0.34}
+-- BLEU-4 >= 0.35 on these 200 scenes: scenes-soft reaches 0.362, scenes-hard (hard attention
+-- from scratch, read with the region rule) 0.371 (models/README.md).
+local SHIPPED_BLEU4 = {["scenes-soft"] = 0.35, ["scenes-hard"] = 0.35}
 local SHIPPED_IN_BOX_OVER_CHANCE = 2
 local SHIPPED_SCENES = 200
 
@@ -92,19 +91,22 @@ function T.test_hard_run_with_the_leave_one_out_recipe_trains_and_records_it()
   lu.assertStrContains(out, "reinforce")                 -- the REINFORCE term is logged
 end
 
-function T.test_hard_default_is_gumbel_and_load_can_change_the_test_rule()
+function T.test_hard_default_is_gumbel_read_by_region_and_load_can_change_the_test_rule()
   local d = tmpdir("hard-gumbel")
   local ok, out = run(TINY .. " --attention hard --out " .. d)
   lu.assertTrue(ok, out)
   local m = util.read_json(d .. "/metrics.json")
-  lu.assertEquals({m.recipe, m.config.estimator, m.config.hard_eval}, {"gumbel", "gumbel", "argmax"})
+  lu.assertEquals({m.recipe, m.config.estimator, m.config.hard_eval, m.config.length_penalty,
+                   m.config.global_feature}, {"gumbel", "gumbel", "region", 2, true})
   local e = tmpdir("hard-gumbel-eval")
   ok, out = run(string.format("--train 96 --valid 16 --test 16 --overlays 0 --beam 2 --load " ..
-                              "%s/model.safetensors --steps 0 --hard-eval soft --out %s", d, e))
+                              "%s/model.safetensors --steps 0 --hard-eval soft --length-penalty 0.5 --out %s", d, e))
   lu.assertTrue(ok, out)
   m = util.read_json(e .. "/metrics.json")
-  lu.assertEquals({m.attention, m.config.hard_eval, m.config.estimator}, {"hard", "soft", "gumbel"})
-  lu.assertEquals(glimpse.captioner.Captioner.load(e .. "/model.safetensors").attention.hard_eval, "soft")
+  lu.assertEquals({m.attention, m.config.hard_eval, m.config.estimator, m.config.length_penalty},
+                  {"hard", "soft", "gumbel", 0.5})
+  local back = glimpse.captioner.Captioner.load(e .. "/model.safetensors")
+  lu.assertEquals({back.attention.hard_eval, back.config.length_penalty}, {"soft", 0.5})
 end
 
 -- a Karpathy-format corpus: 8 pictures (a red or blue square, left or right) with two
@@ -166,7 +168,7 @@ function T.test_karpathy_corpus_with_torchvision_resnet18_weights_runs_end_to_en
   lu.assertEquals((cap.encoder:state_dict()["conv1.weight"] - sd["conv1.weight"]):abs():max():item(), 0)
 end
 
-function T.test_shipped_captioners_caption_200_scenes_at_bleu4_35_34_with_twice_chance_in_box()
+function T.test_shipped_captioners_caption_200_scenes_at_bleu4_35_with_twice_chance_in_box()
   local ce = glimpse.models.caption_eval
   local src = glimpse.data.caption_sources.scenes{train = 1, valid = 1, test = SHIPPED_SCENES, seed = 1}
   for _, name in ipairs({"scenes-soft", "scenes-hard"}) do

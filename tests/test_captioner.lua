@@ -198,6 +198,19 @@ function T.test_global_feature_adds_w_g_of_the_mean_annotation_to_every_lstm_inp
   lu.assertEquals(type(with:caption(imgs[1], {beam = 3})), "string")
 end
 
+function T.test_caption_beam_uses_the_models_length_penalty_unless_given()
+  glimpse.manual_seed(26)
+  local cap = tiny({attention = "hard", hard_eval = "region", length_penalty = 1.5})
+  local imgs = glimpse.rand(4, 1, 16, 16)
+  local w1 = cap:caption(imgs, {beam = 3})
+  lu.assertEquals(w1, cap:caption(imgs, {beam = 3, length_penalty = 1.5}))
+  cap.config.length_penalty = 0
+  lu.assertEquals(cap:caption(imgs, {beam = 3}), cap:caption(imgs, {beam = 3, length_penalty = 0}))
+  local ok, err = pcall(tiny, {length_penalty = -1})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "length_penalty")
+end
+
 -- ---------------------------------------------------------------------------------------
 -- gradients
 

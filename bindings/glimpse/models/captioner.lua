@@ -158,7 +158,8 @@ local function attention_rule(rule) return rule == "marginal" and "argmax" or ru
 
 --- glimpse.captioner.RECIPES -- named settings of hard attention's training (the Captioner
 -- options soft_prob, soft_prob_end, entropy, entropy_end, anneal, samples, baseline,
--- estimator, tau, reward_weight, hard_eval); docs/experiments/caption.md compares them.
+-- estimator, tau, reward_weight, and the test-time hard_eval and length_penalty);
+-- docs/experiments/caption.md compares them.
 --   paper   Xu et al.: one sample, moving-average baseline, entropy bonus 0.01, the
 --           expected context for half the batches throughout
 --   loo     2 samples per caption with the leave-one-out baseline; the expected context for
@@ -168,9 +169,10 @@ local function attention_rule(rule) return rule == "marginal" and "argmax" or ru
 --   gumbel  straight-through Gumbel-softmax instead of REINFORCE (the forward pass reads one
 --           sampled cell, the gradient flows through the relaxed weights); soft_prob falls
 --           from 1 to 0.5 over all the steps (anneal = 1: three batches in four read the
---           expected context on average); test time reads the most likely cell (hard_eval =
---           "argmax"), as training's forward pass does (scripts/caption.lua's default: the
---           sharpest maps and the best BLEU of the three)
+--           expected context on average); test time reads the centre of the 3 x 3 window
+--           with the most attention (hard_eval = "region") and beam search normalises for
+--           length (length_penalty = 2), both chosen on validation scenes
+--           (scripts/caption.lua's default: the sharpest maps and the best BLEU of the three)
 M.RECIPES = {
   paper = {soft_prob = 0.5, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0.01, anneal = 1,
            samples = 1, baseline = "average", estimator = "reinforce", tau = 1,
@@ -180,7 +182,7 @@ M.RECIPES = {
          hard_eval = "soft", mix = "sample"},
   gumbel = {soft_prob = 1, soft_prob_end = 0.5, entropy = 0, entropy_end = 0, anneal = 1,
             samples = 1, baseline = "average", estimator = "gumbel", tau = 1, reward_weight = 1,
-            hard_eval = "argmax", mix = "sample"},
+            hard_eval = "region", length_penalty = 2, mix = "sample"},
 }
 
 --- Captioner{vocab=, encoder=, dim_embed=64, dim_hidden=256, dim_att=128,
@@ -189,7 +191,7 @@ M.RECIPES = {
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
 ---           hard_eval="argmax", marginal_cells=8, region_size=3, samples=1, baseline="average"|"loo", estimator="reinforce",
 ---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, mix="sample",
----           coords=false, global_feature=false,
+---           coords=false, global_feature=false, length_penalty=0,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
 -- list.  encoder: a module with :grid (glimpse.models' encoders) or the options of
@@ -214,6 +216,9 @@ M.RECIPES = {
 -- (Anderson et al. 2018's top-down LSTM; not in Xu et al., whose decoder sees the whole
 -- image only through h_0, c_0): a decoder that reads one cell per word (hard attention)
 -- then still knows what the rest of the image holds, e.g. how many items there are.
+-- length_penalty: GNMT's alpha for cap:caption's beam search (score = log p / ((5 +
+-- len) / 6)^alpha), kept with the model: hard attention's decoder is less sure that one
+-- more item follows, and beam search without it prefers captions that stop early.
 -- image: what cap:prepare does to
 -- an image or a file before encoding (channel count, size, normalisation).
 function Captioner:init(o)
@@ -259,6 +264,7 @@ function Captioner:init(o)
     hard_eval = hard_eval,
     marginal_cells = positive_int(o, "marginal_cells", 8, 4),
     region_size = positive_int(o, "region_size", 3, 4),
+    length_penalty = number_in(o, "length_penalty", 0, 0, math.huge, 4),
     samples = positive_int(o, "samples", 1, 4),
     estimator = o.estimator or "reinforce",
     tau = number_in(o, "tau", 1, 1e-3, math.huge, 4),
@@ -857,8 +863,9 @@ function Captioner:_decode_step(fixed)
   end
 end
 
---- cap:caption(image or images, {beam=3, max_len=config.max_len, length_penalty=0,
----             sample=false, temperature=1, resize=false}) -> words, tokens, alphas
+--- cap:caption(image or images, {beam=3, max_len=config.max_len,
+---             length_penalty=config.length_penalty, sample=false, temperature=1,
+---             resize=false}) -> words, tokens, alphas
 -- Images whose channels or size differ from cap:input_shape() are an error naming both
 -- shapes; resize=true converts them (cap:check_input).
 -- One image (a file name, (C,H,W) or (1,C,H,W)): words (the caption string), tokens (its
@@ -913,7 +920,8 @@ function Captioner:caption(images, opts)
         toks, aligns = t, al
       else
         local hyps = decode.beam(step, state, {beam = K, max_len = max_len + 1,
-                                               length_penalty = opts.length_penalty or 0})
+                                               length_penalty = opts.length_penalty or
+                                                                self.config.length_penalty})
         for b = 1, B do
           toks[b] = hyps[b][1].tokens
           aligns[b] = hyps[b][1].alignment
