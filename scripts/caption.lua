@@ -141,7 +141,7 @@ run:write_metrics{dataset = name, attention = cap.config.attention, steps = hist
   load = args.load, train_seconds = history.seconds,
   test_bleu = r.bleu, test_bleu_greedy = r.bleu_greedy, test_loss = r.loss, beam = args.beam,
   baseline_bleu = {bag_of_words = r.baselines.bag_of_words, random_caption = r.baselines.random_caption},
-  attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced,
+  attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced, items = r.items,
   history = history.evals, config = cap.config}
 
 ce.page(cap, src.test, r, run.dir, {overlays = args.overlays, intro = string.format(

@@ -542,6 +542,32 @@ end
 -- ---------------------------------------------------------------------------------------
 -- attention inside boxes
 
+function T.test_items_counts_the_articles_and_the_named_item_words()
+  -- scene 1 holds a bag and a shirt; scene 2 a bag, a coat and a dress
+  local function scene(tokens, items)
+    local boxes = {}
+    for k, w in ipairs(tokens) do
+      if w ~= "a" and w ~= "the" and w ~= "and" and w ~= "above" and w ~= "below" then
+        boxes[k] = {1, 1, 2, 2}
+      end
+    end
+    return {tokens = tokens, boxes = boxes, items = items}
+  end
+  local scenes = {scene({"a", "bag", "above", "a", "shirt"}, {1, 2}),
+                  scene({"a", "bag", "above", "a", "coat", "and", "a", "dress", "below", "the", "bag"},
+                        {1, 2, 3})}
+  local set = {n = 2, scene = function(i) return scenes[i] end}
+  local ce = glimpse.models.caption_eval
+  -- caption 1: two items, one right (bag), one wrong (coat: not in scene 1);
+  -- caption 2: two items for three, both right (bag twice: the scene names it twice)
+  local r = ce.items(set, {"a bag above a coat", "a bag below a bag"})
+  lu.assertAlmostEquals(r.count, 0.5, EXACT)
+  lu.assertEquals(r.by_items, {[2] = {right = 1, n = 1}, [3] = {right = 0, n = 1}})
+  lu.assertAlmostEquals(r.precision, 3 / 4, EXACT)
+  lu.assertStrContains(ce.items_line(r), "the right number in 50.0% of the captions (scenes of 2: 1/1, 3: 0/1 items); 75.0%")
+  lu.assertNil(ce.items({n = 1}, {"a bag"}))
+end
+
 function T.test_attention_in_box_whole_cells()
   -- a 2x2 grid on a 4x4 image: box {1,1,2,2} is exactly the top-left cell
   local alphas = glimpse.tensor({{0.7, 0.1, 0.1, 0.1}, {0.1, 0.1, 0.1, 0.7}, {0.25, 0.25, 0.25, 0.25}})

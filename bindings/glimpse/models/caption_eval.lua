@@ -214,6 +214,59 @@ function M.baselines(source, set, seed)
           bag_caption = bag_caption}
 end
 
+--- caption_eval.items(set, words) -> {count=, by_items = {[k] = {right=, n=}}, precision=}
+-- How the captions count and name the items of generated scenes (sets with set.scene; nil
+-- for others).  Their grammar (datasets/scene_text.lua) introduces every item once with
+-- "a", so a caption names as many items as it has "a"s.  count: the share of captions that
+-- name as many items as the scene holds (by_items[k]: among the scenes of k items);
+-- precision: the share of the item words in the captions (the words that carry a box in
+-- the scenes' own captions) that the scene's caption has too, each at most as often.
+function M.items(set, words)
+  if not set.scene then return nil end
+  local item_word = {}
+  for i = 1, set.n do
+    local s = set.scene(i)
+    for k = 1, #s.tokens do if s.boxes[k] then item_word[s.tokens[k]] = true end end
+  end
+  local r = {by_items = {}}
+  local right, named, hits = 0, 0, 0
+  for i = 1, set.n do
+    local s = set.scene(i)
+    local want = {}
+    for k = 1, #s.tokens do
+      if s.boxes[k] then want[s.tokens[k]] = (want[s.tokens[k]] or 0) + 1 end
+    end
+    local articles = 0
+    for w in words[i]:gmatch("%S+") do
+      if w == "a" then articles = articles + 1 end
+      if item_word[w] then
+        named = named + 1
+        if (want[w] or 0) > 0 then hits, want[w] = hits + 1, want[w] - 1 end
+      end
+    end
+    local k = #s.items
+    local row = r.by_items[k] or {right = 0, n = 0}
+    row.n = row.n + 1
+    if articles == k then row.right, right = row.right + 1, right + 1 end
+    r.by_items[k] = row
+  end
+  r.count, r.precision = right / math.max(set.n, 1), hits / math.max(named, 1)
+  return r
+end
+
+--- caption_eval.items_line(r) -> one line of text for caption_eval.items' result
+function M.items_line(r)
+  local parts, ks = {}, {}
+  for k in pairs(r.by_items) do ks[#ks + 1] = k end
+  table.sort(ks)
+  for _, k in ipairs(ks) do
+    parts[#parts + 1] = string.format("%d: %d/%d", k, r.by_items[k].right, r.by_items[k].n)
+  end
+  return string.format("  items: the right number in %.1f%% of the captions (scenes of %s items); " ..
+                       "%.1f%% of the item words named are in the scene", 100 * r.count,
+                       table.concat(parts, ", "), 100 * r.precision)
+end
+
 local function pct(b)
   return string.format("%.1f / %.1f / %.1f / %.1f", 100 * b[1], 100 * b[2], 100 * b[3], 100 * b[4])
 end
@@ -221,7 +274,7 @@ end
 --- caption_eval.test(cap, source, {beam=3, seed=1}) -> r: every measure of the test set:
 -- r.words, r.alphas (the beam captions and their maps), r.bleu, r.bleu_greedy, r.loss,
 -- r.baselines (caption_eval.baselines), r.in_box and r.in_box_teacher_forced (sets with
--- boxes), r.lines (the summary as text lines) and r.samples (one line per image: index,
+-- boxes), r.items (generated scenes: caption_eval.items), r.lines (the summary as text lines) and r.samples (one line per image: index,
 -- caption, references).
 function M.test(cap, source, opts)
   opts = opts or {}
@@ -242,6 +295,8 @@ function M.test(cap, source, opts)
     r.lines[3] = M.box_line("generated captions", r.in_box)
     r.lines[4] = M.box_line("teacher forcing", r.in_box_teacher_forced)
   end
+  r.items = M.items(set, r.words)
+  if r.items then r.lines[#r.lines + 1] = M.items_line(r.items) end
   r.samples = {}
   for i = 1, set.n do
     r.samples[i] = string.format("%d\t%s\t| %s", i, r.words[i], table.concat(set.refs(i), " | "))
