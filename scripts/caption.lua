@@ -15,8 +15,7 @@
 local glimpse = require "glimpse"
 local experiment = glimpse.experiment
 local Captioner, RECIPES = glimpse.captioner.Captioner, glimpse.captioner.RECIPES
-local recipes = {}
-for k in pairs(RECIPES) do recipes[#recipes + 1] = k end
+local recipes = {}; for k in pairs(RECIPES) do recipes[#recipes + 1] = k end
 local ce, sources = glimpse.models.caption_eval, glimpse.data.caption_sources
 
 local p = experiment.parser("caption", "Train a Show, Attend and Tell captioner.",
@@ -37,6 +36,7 @@ flag("--no-deep-output", "p(y_t) = softmax(W h_t) instead of the deep output lay
 flag("--no-coords", "no (x, y) cell coordinates appended to the annotations")
 flag("--output-tanh", "a tanh inside the deep output layer (the authors' code)")
 flag("--no-global-feature", "no mean annotation in the LSTM input at every step (Anderson et al. 2018)")
+flag("--global-output", "the mean annotation in the deep output layer too")
 p:option("--encoder", "small | vgg16 | resnet18 | ... (glimpse.models)", "small")
 p:option("--encoder-weights", "safetensors weights for a torchvision encoder")
 flag("--fine-tune", "train a pretrained encoder too (default: frozen when weights are given)")
@@ -80,8 +80,7 @@ local name = args.karpathy and "karpathy" or args.dataset
 args.out = args.out:gsub("<dataset>", name):gsub("<attention>", args.load and "eval" or args.attention)
 
 local run = experiment.start(args, {name = "caption"})   -- seeds, threads, the output folder
-local t0 = glimpse.clock()
-local pretrained = args.encoder ~= "small"
+local t0, pretrained = glimpse.clock(), args.encoder ~= "small"
 local src = args.karpathy and sources.karpathy{file = args.karpathy, images = args.images,
   size = args.image_size or (pretrained and 224 or 64), min_count = args.min_count,
   max_len = args.max_len, mean = pretrained and glimpse.models.IMAGENET_MEAN or nil,
@@ -95,10 +94,11 @@ local cfg = {vocab = src.vocab, image = src.image_spec, attention = args.attenti
             {name = "small", in_channels = src.image_spec.channels, channels = channels,
              batch_norm = not args.no_batch_norm},
   fine_tune = args.fine_tune or not pretrained or not args.encoder_weights,
-  score = args.score, doubly_stochastic = args.ds, gate = not args.no_gate,
+  score = args.score, doubly_stochastic = args.ds, gate = not args.no_gate, max_len = args.max_len,
   deep_output = not args.no_deep_output, output_tanh = args.output_tanh, coords = not args.no_coords,
   dim_embed = args.embed, dim_hidden = args.hidden, dim_att = args.att, dropout = args.dropout,
-  max_len = args.max_len, global_feature = not args.no_global_feature, length_penalty = args.length_penalty}
+  global_feature = not args.no_global_feature, global_output = args.global_output,
+  length_penalty = args.length_penalty}
 for k, v in pairs(args.attention == "hard" and RECIPES[args.recipe] or {}) do cfg[k] = args[k] == nil and v or args[k] end
 local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)
 if args.init then cap:load_weights(args.init) end

@@ -191,7 +191,7 @@ M.RECIPES = {
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
 ---           hard_eval="argmax", marginal_cells=8, region_size=3, samples=1, baseline="average"|"loo", estimator="reinforce",
 ---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, mix="sample",
----           coords=false, global_feature=false, length_penalty=0,
+---           coords=false, global_feature=false, global_output=false, length_penalty=0,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
 -- list.  encoder: a module with :grid (glimpse.models' encoders) or the options of
@@ -216,6 +216,9 @@ M.RECIPES = {
 -- (Anderson et al. 2018's top-down LSTM; not in Xu et al., whose decoder sees the whole
 -- image only through h_0, c_0): a decoder that reads one cell per word (hard attention)
 -- then still knows what the rest of the image holds, e.g. how many items there are.
+-- global_output=true (deep output only) adds it to the deep output layer as well, L_g mean_i
+-- a_i next to L_z z_t: where the expected context tells the output layer what the image
+-- holds, one hard-attention cell does not.
 -- length_penalty: GNMT's alpha for cap:caption's beam search (score = log p / ((5 +
 -- len) / 6)^alpha), kept with the model: hard attention's decoder is less sure that one
 -- more item follows, and beam search without it prefers captions that stop early.
@@ -246,6 +249,7 @@ function Captioner:init(o)
   local c = {
     coords = coords,
     global_feature = bool(o, "global_feature", false),
+    global_output = bool(o, "global_output", false),
     dim_embed = positive_int(o, "dim_embed", 64, 4),
     dim_hidden = positive_int(o, "dim_hidden", 256, 4),
     dim_att = positive_int(o, "dim_att", 128, 4),
@@ -274,6 +278,9 @@ function Captioner:init(o)
     image = o.image,
     trained_on = o.trained_on,
   }
+  if c.global_output and not c.deep_output then
+    fail(3, "Captioner: option 'global_output' needs the deep output layer (deep_output = true)")
+  end
   if c.region_size % 2 == 0 then
     fail(3, "Captioner: option 'region_size' must be odd (a window centred on a cell), got %d",
          c.region_size)
@@ -336,6 +343,10 @@ function Captioner:init(o)
     self.out_h = nn.Linear(H, E)                                -- L_h
     self.out_z = nn.Linear(D, E)                                -- L_z
     self.out = nn.Linear(E, V)                                  -- L_o
+    if c.global_output then                                     -- L_g, from 0 as W_g
+      self.out_g = nn.Linear(D, E, {bias = false})
+      glimpse.no_grad(function() self.out_g.weight:zero_() end)
+    end
   else
     self.out = nn.Linear(H, V)
   end
@@ -451,6 +462,12 @@ function Captioner:_global_input(a)
   return self.global_in(a:mean(2))
 end
 
+-- global_output: the mean annotation's share of the deep output, L_g v (B,E); nil without it
+function Captioner:_global_output(a)
+  if not self.config.global_output then return nil end
+  return self.out_g(a:mean(2))
+end
+
 -- the attention state for a new image: the nn.Attention state, with the per-image cache
 function Captioner:_attention_state(a)
   local st = self.attention:precompute(a, a, nil)
@@ -490,11 +507,13 @@ function Captioner:_split_lstm()
   return W:narrow(2, 1, E), W:narrow(2, E + 1, D)
 end
 
--- logits from E y_{t-1} (...,E), h_t (...,H), z_t (...,D): the deep output layer (eq. 7)
-function Captioner:_logits(ey, h, z)
+-- logits from E y_{t-1} (...,E), h_t (...,H), z_t (...,D): the deep output layer (eq. 7);
+-- go: L_g v with global_output, (B,E) for one step or (B,1,E) over the steps (nil: none)
+function Captioner:_logits(ey, h, z, go)
   local x
   if self.config.deep_output then
     x = ey + self.out_h(h) + self.out_z(z)
+    if go then x = x + go end
   else
     x = h
   end
@@ -549,7 +568,9 @@ function Captioner:forward(x, captions_in, opts)
     hs[t], zs[t], alphas[t] = h, z, alpha
     if beta then betas[t] = beta:reshape(B) end
   end
-  local logits = self:_logits(ey, glimpse.stack(hs, 2), glimpse.stack(zs, 2))
+  local go = self:_global_output(a)
+  if go then go = go:reshape(B, 1, go.shape[2]) end
+  local logits = self:_logits(ey, glimpse.stack(hs, 2), glimpse.stack(zs, 2), go)
   st.betas = self.gate and glimpse.stack(betas, 2):detach() or nil
   return logits, glimpse.stack(alphas, 2), st
 end
@@ -787,7 +808,8 @@ function Captioner:_decode_state(a)
     if glimpse.is_tensor(v) and v:dim() >= 1 and v.shape[1] == a.shape[1] then cache[k] = v
     else fixed[k] = v end
   end
-  return {h = h, c = c, a = a, cache = cache, g = self:_global_input(a)}, fixed
+  return {h = h, c = c, a = a, cache = cache, g = self:_global_input(a),
+          go = self:_global_output(a)}, fixed
 end
 
 -- hard_eval = "marginal": decode's step for hard attention with the attended cell summed
@@ -837,10 +859,11 @@ function Captioner:_marginal_step(fixed, ban)
     local function rep(x, d) return x:reshape(N, 1, d):expand(N, M, d):reshape(N * M, d) end
     local h2, c2 = glimpse.lstm_cell(rep(xe, 4 * H) + glimpse.linear(z, Wz), rep(h, H), rep(c, H),
                                      self.lstm.weight_hh, self.lstm.bias_hh)
-    local lp = glimpse.log_softmax(self:_logits(rep(ey, E), h2, z), 2):reshape(N, M, V)
+    local lp = glimpse.log_softmax(self:_logits(rep(ey, E), h2, z, s.go and rep(s.go, E)), 2)
+    lp = lp:reshape(N, M, V)
     local mix = (lp + lw:reshape(N, M, 1)):logsumexp(2)          -- (N,V)
     return mix:reshape(N, V) + ban, {hs = h2:reshape(N, M, H), cs = c2:reshape(N, M, H), lw = lw, g = s.g,
-                                     lp = lp, a = s.a, cache = s.cache}, alpha
+                                     go = s.go, lp = lp, a = s.a, cache = s.cache}, alpha
   end
 end
 
@@ -863,8 +886,8 @@ function Captioner:_decode_step(fixed)
     local st = {cache = cache, keys = s.a, values = s.a, t = 0, logps = {}, entropies = {},
                 grid = self:_grid_of(s.a)}
     local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
-    local lp = glimpse.log_softmax(self:_logits(ey, h, z), 2) + ban
-    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g}, alpha
+    local lp = glimpse.log_softmax(self:_logits(ey, h, z, s.go), 2) + ban
+    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go}, alpha
   end
 end
 
