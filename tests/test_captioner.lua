@@ -198,6 +198,50 @@ function T.test_global_feature_adds_w_g_of_the_mean_annotation_to_every_lstm_inp
   lu.assertEquals(type(with:caption(imgs[1], {beam = 3})), "string")
 end
 
+function T.test_global_output_adds_l_g_of_the_mean_annotation_to_every_deep_output()
+  -- with L_g = 0 the model is the one without the option; with L_g set, the logits are those
+  -- of a model whose L_z bias holds L_g mean_i a_i (one per caption, z_t unchanged)
+  glimpse.manual_seed(27)
+  local with = tiny({global_output = true, attention = "hard", hard_eval = "argmax"})
+  local without = tiny({attention = "hard", hard_eval = "argmax"})
+  without:load_state_dict(with:state_dict(), {strict = false})
+  with:evaluate(); without:evaluate()
+  local b = batch(CAPS)
+  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
+  lu.assertEquals(with.out_g.weight:abs():max():item(), 0)     -- starts at zero
+  local l1 = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
+  local l0 = glimpse.no_grad(function() return (without:forward(a, b.captions_in)) end)
+  lu.assertEquals((l1 - l0):abs():max():item(), 0)
+  glimpse.no_grad(function() with.out_g.weight:uniform_(-0.5, 0.5) end)
+  local gv = glimpse.no_grad(function() return with.out_g(a:mean(2)) end)         -- (B,E)
+  local lg = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
+  for k = 1, 2 do
+    local one = tiny({attention = "hard", hard_eval = "argmax"})
+    one:load_state_dict(with:state_dict(), {strict = false})
+    one:evaluate()
+    glimpse.no_grad(function() one.out_z.bias:add_(gv[k]) end)
+    local lk = glimpse.no_grad(function()
+      return (one:forward(a:narrow(1, k, 1), b.captions_in:narrow(1, k, 1)))
+    end)
+    assert_close(lk[1], lg[k], {rtol = 1e-5, floor = 1}, "caption " .. k)
+  end
+  -- decoding carries it: batch = single, for the step and the marginal decoder; save/load
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  lu.assertEquals(with:caption(imgs[2], {beam = 1}), with:caption(imgs, {beam = 1})[2])
+  lu.assertEquals(with:caption(imgs[2], {beam = 3}), with:caption(imgs, {beam = 3})[2])
+  with:set_hard_eval("marginal")
+  lu.assertEquals(with:caption(imgs[1], {beam = 2}), with:caption(imgs, {beam = 2})[1])
+  local path = os.tmpname()
+  with:save(path)
+  local back = Captioner.load(path)
+  os.remove(path)
+  lu.assertTrue(back.config.global_output)
+  lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
+  local ok, err = pcall(tiny, {global_output = true, deep_output = false})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "global_output")
+end
+
 function T.test_caption_beam_uses_the_models_length_penalty_unless_given()
   glimpse.manual_seed(26)
   local cap = tiny({attention = "hard", hard_eval = "region", length_penalty = 1.5})
@@ -216,7 +260,8 @@ end
 
 function T.test_gradcheck_of_the_loss_through_attention_gate_lstm_and_deep_output()
   glimpse.manual_seed(5)
-  local cap = tiny({doubly_stochastic = 0.5, global_feature = true})
+  local cap = tiny({doubly_stochastic = 0.5, global_feature = true, global_output = true})
+  glimpse.no_grad(function() cap.out_g.weight:uniform_(-0.3, 0.3) end)
   -- v = 0 would make the attention uniform and cut the gradient to W and U
   glimpse.no_grad(function() cap.attention.v:uniform_(-1, 1) end)
   local b = batch({{"a", "red", "circle"}, {"a", "square", "below", "a", "circle"}})
@@ -224,7 +269,7 @@ function T.test_gradcheck_of_the_loss_through_attention_gate_lstm_and_deep_outpu
   local function f() return (cap:loss(a, b.captions_in, b.captions_out, b.mask)) end
   local checks = {cap.attention.v, cap.attention.query_proj.weight, cap.attention.key_proj.weight,
                   cap.gate.weight, cap.lstm.weight_ih, cap.out_z.weight, cap.init_h.weight,
-                  cap.embed.weight, cap.global_in.weight}
+                  cap.embed.weight, cap.global_in.weight, cap.out_g.weight}
   for _, p in ipairs(checks) do
     lu.assertTrue(glimpse.gradcheck(function() return f() end, {p},
                                     {eps = GRAD_EPS, atol = GRAD_ATOL, rtol = GRAD_RTOL,
