@@ -1,14 +1,10 @@
 -- scripts/caption.lua -- train a "Show, Attend and Tell" captioner (glimpse.captioner, Xu et
 -- al. 2015) with soft or hard attention, and look at where it looks.  docs/experiments/caption.md
 --
---   glimpse scripts/caption.lua --quick                          (scenes, soft, 1000 steps)
---   glimpse scripts/caption.lua --attention hard                 (20000 scenes, 3750 steps, Gumbel ST)
---   glimpse scripts/caption.lua --attention hard --recipe paper  (Xu et al.'s REINFORCE)
---   glimpse scripts/caption.lua --load out/caption-scenes-soft/model.safetensors --steps 0
---                                                      (evaluate a saved captioner, no training)
---   glimpse scripts/caption.lua --karpathy dataset_flickr8k.json --images Flicker8k_Dataset \
---       --encoder vgg16 --encoder-weights vgg16.safetensors   (a real corpus; frozen VGG-16)
---
+--   glimpse scripts/caption.lua --quick                    (scenes, soft attention, 1000 steps)
+--   glimpse scripts/caption.lua --attention hard           (20000 scenes, 3750 steps, Gumbel ST)
+--   glimpse scripts/caption.lua --load MODEL --steps 0     (evaluate a saved captioner)
+--   glimpse scripts/caption.lua --karpathy dataset_flickr8k.json --images DIR --encoder vgg16 ...
 -- At the end: test BLEU-1..4 (beam and greedy) next to two captioners that never look at the
 -- image, and (scenes, shapes) the attention inside the named item's box.  Writes
 -- model.safetensors, metrics.json, run.json, samples.txt, overlay_<k>.png and index.html.
@@ -72,7 +68,7 @@ num("--lr", "Adam learning rate", "0.003")
 num("--clip", "gradient-norm clip (0: none)", "5")
 choice("--lr-decay", "cosine (to 0 over the step budget) | none", {"cosine", "none"}, "cosine")
 num("--beam", "beam size for the test captions", "3")
-num("--length-penalty", "beam search's length normalisation alpha (hard: the recipe's; also with --load)")
+num("--length-penalty", "beam search's length normalisation alpha (default: chosen on validation; also with --load)")
 num("--overlays", "test images drawn with per-word attention", "8")
 p:option("--init", "start from the weights of a saved captioner (the sizes must match)")
 local args = experiment.parse(p)
@@ -131,6 +127,9 @@ local trainer = glimpse.train.Trainer(run:trainer_options{
   end})
 local history = trainer:fit()
 if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
+local tuned, tried   -- how to decode: chosen on the validation set unless given or loaded
+if not (args.load or args.length_penalty) then tuned, tried = ce.tune(cap, src.valid, {beam = args.beam, rules = args.hard_eval and {args.hard_eval}}) end
+if tuned then print(ce.tune_line(tuned, tried, src.valid.n)) end
 cap:save(run:path("model.safetensors"))
 local r = ce.test(cap, src, {beam = args.beam, seed = args.seed})
 for _, l in ipairs(r.lines) do print(l) end
@@ -142,6 +141,7 @@ run:write_metrics{dataset = name, attention = cap.config.attention, steps = hist
   test_bleu = r.bleu, test_bleu_greedy = r.bleu_greedy, test_loss = r.loss, beam = args.beam,
   baseline_bleu = {bag_of_words = r.baselines.bag_of_words, random_caption = r.baselines.random_caption},
   attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced, items = r.items,
+  decoding = tried and {chosen = tuned, tried = tried} or nil,
   history = history.evals, config = cap.config}
 
 ce.page(cap, src.test, r, run.dir, {overlays = args.overlays, intro = string.format(

@@ -93,6 +93,69 @@ function M.bleu(set, words)
   return {b[1], b[2], b[3], b[4]}
 end
 
+M.LENGTH_PENALTIES = {0, 0.5, 1, 1.5, 2, 3}
+M.TUNE_RULES = {"region", "argmax", "soft"}
+
+--- caption_eval.tune(cap, set, {beam=3, length_penalties=caption_eval.LENGTH_PENALTIES,
+---                               rules=caption_eval.TUNE_RULES}) -> best, rows
+-- Chooses how the captioner decodes by BLEU-4 of its beam captions on a held-out set (the
+-- validation set: never the test set): beam search's length penalty and, for hard
+-- attention, what test time reads (the rules; soft attention has one).  The best setting is
+-- kept in the model (cap.config.length_penalty, cap:set_hard_eval), so it is saved with it;
+-- a setting replaces the one before it only when its BLEU-4 is higher, so ties keep the
+-- earlier rule and the smaller penalty.  best = {rule=, length_penalty=, bleu4=}; rows: every
+-- setting tried, {rule=, length_penalty=, bleu4=}.
+function M.tune(cap, set, opts)
+  opts = opts or {}
+  local fname = "caption_eval.tune"
+  if type(set) ~= "table" or type(set.n) ~= "number" or set.n < 1 then
+    error(fname .. ": set must be a non-empty caption set (a caption source's valid)", 2)
+  end
+  local lps = opts.length_penalties or M.LENGTH_PENALTIES
+  local rules = cap.config.attention == "hard" and (opts.rules or M.TUNE_RULES) or {false}
+  if type(lps) ~= "table" or #lps == 0 or type(rules) ~= "table" or #rules == 0 then
+    error(fname .. ": length_penalties and rules must be non-empty lists", 2)
+  end
+  for _, a in ipairs(lps) do
+    if type(a) ~= "number" or a < 0 then
+      error(string.format("%s: a length penalty must be a number >= 0, got %s", fname, tostring(a)), 2)
+    end
+  end
+  local beam = opts.beam or 3
+  local rows, best = {}, nil
+  for _, rule in ipairs(rules) do
+    if rule then cap:set_hard_eval(rule) end
+    for _, a in ipairs(lps) do
+      cap.config.length_penalty = a
+      local b4 = M.bleu(set, (M.captions(cap, set, beam)))[4]
+      rows[#rows + 1] = {rule = rule or nil, length_penalty = a, bleu4 = b4}
+      if not best or b4 > best.bleu4 then best = rows[#rows] end
+    end
+  end
+  if best.rule then cap:set_hard_eval(best.rule) end
+  cap.config.length_penalty = best.length_penalty
+  return best, rows
+end
+
+--- caption_eval.tune_line(best, rows, n) -> one line of text for caption_eval.tune's result:
+-- the choice, then each rule's BLEU-4 per length penalty
+function M.tune_line(best, rows, n)
+  local groups, order, alphas = {}, {}, {}
+  for _, r in ipairs(rows) do
+    local key = r.rule or "BLEU-4"
+    if not groups[key] then groups[key], order[#order + 1] = {}, key end
+    local g = groups[key]
+    g[#g + 1] = string.format("%.1f", 100 * r.bleu4)
+    if key == order[1] then alphas[#alphas + 1] = string.format("%g", r.length_penalty) end
+  end
+  local parts = {}
+  for _, key in ipairs(order) do parts[#parts + 1] = key .. " " .. table.concat(groups[key], " ") end
+  return string.format("decoding chosen on %d validation images by beam BLEU-4: %slength penalty %g " ..
+                       "(%.1f); at length penalties %s: %s", n,
+                       best.rule and ("rule " .. best.rule .. ", ") or "", best.length_penalty,
+                       100 * best.bleu4, table.concat(alphas, ", "), table.concat(parts, "; "))
+end
+
 local function add_score(acc, w, inside, chance)
   local s = acc.per_word[w] or {inside = 0, chance = 0, n = 0}
   s.inside, s.chance, s.n = s.inside + inside, s.chance + chance, s.n + 1
