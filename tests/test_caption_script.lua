@@ -53,6 +53,9 @@ function T.test_soft_run_writes_every_output_and_its_page_fits_1280px_in_chromiu
   lu.assertEquals(#m.test_bleu, 4)
   lu.assertEquals(#m.history, 2)
   lu.assertTrue(m.attention_in_box_teacher_forced.chance > 0)
+  lu.assertEquals(#m.decoding.tried, 6)                  -- soft: the length penalty alone
+  lu.assertNil(m.decoding.chosen.rule)
+  lu.assertEquals(m.config.length_penalty, m.decoding.chosen.length_penalty)
   local lines = 0
   for _ in io.lines(d .. "/samples.txt") do lines = lines + 1 end
   lu.assertEquals(lines, 16)
@@ -81,10 +84,12 @@ end
 
 function T.test_hard_run_with_the_leave_one_out_recipe_trains_and_records_it()
   local d = tmpdir("hard")
-  local ok, out = run(TINY .. " --attention hard --recipe loo --soft-prob 0 --out " .. d)
+  local ok, out = run(TINY .. " --attention hard --recipe loo --soft-prob 0 --length-penalty 1 --out " .. d)
   lu.assertTrue(ok, out)
   local m = util.read_json(d .. "/metrics.json")
   lu.assertEquals(m.recipe, "loo")
+  lu.assertNil(m.decoding)                               -- a length penalty given: nothing tuned
+  lu.assertEquals({m.config.hard_eval, m.config.length_penalty}, {"soft", 1})
   lu.assertEquals(math.tointeger(m.config.samples), 2)
   lu.assertEquals(m.config.baseline, "loo")
   lu.assertEquals(m.config.soft_prob, 0)                 -- a flag beats the recipe
@@ -96,8 +101,13 @@ function T.test_hard_default_is_gumbel_read_by_region_and_load_can_change_the_te
   local ok, out = run(TINY .. " --attention hard --out " .. d)
   lu.assertTrue(ok, out)
   local m = util.read_json(d .. "/metrics.json")
-  lu.assertEquals({m.recipe, m.config.estimator, m.config.hard_eval, m.config.length_penalty,
-                   m.config.global_feature}, {"gumbel", "gumbel", "region", 2, true})
+  lu.assertEquals({m.recipe, m.config.estimator, m.config.global_feature}, {"gumbel", "gumbel", true})
+  -- the test rule and length penalty were chosen on the validation set, and kept
+  local c = m.decoding.chosen
+  lu.assertEquals(#m.decoding.tried, 18)                -- region, argmax, soft x 6 penalties
+  lu.assertEquals({m.config.hard_eval, m.config.length_penalty}, {c.rule, c.length_penalty})
+  for _, r in ipairs(m.decoding.tried) do lu.assertTrue(r.bleu4 <= c.bleu4) end
+  lu.assertStrContains(out, "decoding chosen on 16 validation images by beam BLEU-4: rule ")
   local e = tmpdir("hard-gumbel-eval")
   ok, out = run(string.format("--train 96 --valid 16 --test 16 --overlays 0 --beam 2 --load " ..
                               "%s/model.safetensors --steps 0 --hard-eval soft --length-penalty 0.5 --out %s", d, e))

@@ -613,6 +613,42 @@ function T.test_items_counts_the_articles_and_the_named_item_words()
   lu.assertNil(ce.items({n = 1}, {"a bag"}))
 end
 
+function T.test_tune_keeps_the_setting_with_the_best_validation_bleu4()
+  glimpse.manual_seed(28)
+  local ce = glimpse.models.caption_eval
+  local cap = tiny({attention = "hard", hard_eval = "argmax"})
+  local imgs = glimpse.rand(6, 1, 16, 16)
+  local refs = {{"a red circle above a blue square"}, {"a blue square"}, {"a red square below a circle"},
+                {"a circle"}, {"a blue circle above a red square"}, {"a square below a red circle"}}
+  local set = {n = 6, refs = function(i) return refs[i] end,
+               batch = function(idx) return {images = imgs:index_select(1, glimpse.tensor(idx))} end}
+  local best, rows = ce.tune(cap, set, {beam = 2, length_penalties = {0, 1, 3}, rules = {"region", "argmax"}})
+  lu.assertEquals(#rows, 6)
+  local first = rows[1]                                 -- the first row with the highest BLEU-4
+  for _, r in ipairs(rows) do if r.bleu4 > first.bleu4 then first = r end end
+  lu.assertIs(best, first)
+  lu.assertEquals({cap.config.hard_eval, cap.attention.hard_eval, cap.config.length_penalty},
+                  {best.rule, best.rule, best.length_penalty})
+  -- a row is the BLEU-4 of the beam captions under its setting
+  cap:set_hard_eval(rows[5].rule)
+  local words = ce.captions(cap, set, 2)
+  cap.config.length_penalty = rows[5].length_penalty
+  lu.assertAlmostEquals(rows[5].bleu4, ce.bleu(set, (ce.captions(cap, set, 2)))[4], EXACT)
+  lu.assertEquals(#words, 6)
+  lu.assertStrContains(ce.tune_line(best, rows, 6), "decoding chosen on 6 validation images")
+  -- soft attention has one rule: only the length penalty is tried
+  local soft = tiny()
+  local b2, rows2 = ce.tune(soft, set, {beam = 2, length_penalties = {0, 2}})
+  lu.assertEquals(#rows2, 2)
+  lu.assertNil(b2.rule)
+  local ok, err = pcall(ce.tune, soft, set, {length_penalties = {-1}})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "caption_eval.tune: a length penalty must be a number >= 0, got -1")
+  ok, err = pcall(ce.tune, soft, {n = 0})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "caption_eval.tune: set must be a non-empty caption set")
+end
+
 function T.test_attention_in_box_whole_cells()
   -- a 2x2 grid on a 4x4 image: box {1,1,2,2} is exactly the top-left cell
   local alphas = glimpse.tensor({{0.7, 0.1, 0.1, 0.1}, {0.1, 0.1, 0.1, 0.7}, {0.25, 0.25, 0.25, 0.25}})
