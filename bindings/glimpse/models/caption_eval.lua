@@ -94,13 +94,14 @@ function M.bleu(set, words)
 end
 
 M.LENGTH_PENALTIES = {0, 0.5, 1, 1.5, 2, 3}
-M.TUNE_RULES = {"region", "argmax", "soft"}
+M.TUNE_RULES = {"region", "argmax"}   -- rules that read one cell: hard attention stays hard
 
 --- caption_eval.tune(cap, set, {beam=3, length_penalties=caption_eval.LENGTH_PENALTIES,
 ---                               rules=caption_eval.TUNE_RULES}) -> best, rows
 -- Chooses how the captioner decodes by BLEU-4 of its beam captions on a held-out set (the
 -- validation set: never the test set): beam search's length penalty and, for hard
--- attention, what test time reads (the rules; soft attention has one).  The best setting is
+-- attention, what test time reads (the rules; by default the two that read one cell, so a
+-- hard model is not turned into a soft one at test time; soft attention has one rule).  The best setting is
 -- kept in the model (cap.config.length_penalty, cap:set_hard_eval), so it is saved with it;
 -- a setting replaces the one before it only when its BLEU-4 is higher, so ties keep the
 -- earlier rule and the smaller penalty.  best = {rule=, length_penalty=, bleu4=}; rows: every
