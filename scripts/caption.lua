@@ -13,7 +13,6 @@ local experiment = glimpse.experiment
 local Captioner, RECIPES = glimpse.captioner.Captioner, glimpse.captioner.RECIPES
 local recipes = {}; for k in pairs(RECIPES) do recipes[#recipes + 1] = k end
 local ce, sources = glimpse.models.caption_eval, glimpse.data.caption_sources
-
 local p = experiment.parser("caption", "Train a Show, Attend and Tell captioner.",
   {steps = false, eval_every = 625, out = "out/caption-<dataset>-<attention>",
    quick = {train = 4000, valid = 300, test = 300, epochs = 8, steps = 1000, eval_every = 125}})
@@ -33,6 +32,7 @@ flag("--no-coords", "no (x, y) cell coordinates appended to the annotations")
 flag("--output-tanh", "a tanh inside the deep output layer (the authors' code)")
 flag("--no-global-feature", "no mean annotation in the LSTM input at every step (Anderson et al. 2018)")
 flag("--global-output", "the mean annotation in the deep output layer too")
+flag("--whole-image", "the mean annotation as one more cell to attend to (hard: can read the whole image)")
 p:option("--encoder", "small | vgg16 | resnet18 | ... (glimpse.models)", "small")
 p:option("--encoder-weights", "safetensors weights for a torchvision encoder")
 flag("--fine-tune", "train a pretrained encoder too (default: frozen when weights are given)")
@@ -93,7 +93,7 @@ local cfg = {vocab = src.vocab, image = src.image_spec, attention = args.attenti
   score = args.score, doubly_stochastic = args.ds, gate = not args.no_gate, max_len = args.max_len,
   deep_output = not args.no_deep_output, output_tanh = args.output_tanh, coords = not args.no_coords,
   dim_embed = args.embed, dim_hidden = args.hidden, dim_att = args.att, dropout = args.dropout,
-  global_feature = not args.no_global_feature, global_output = args.global_output,
+  global_feature = not args.no_global_feature, global_output = args.global_output, whole_image = args.whole_image,
   length_penalty = args.length_penalty}
 for k, v in pairs(args.attention == "hard" and RECIPES[args.recipe] or {}) do cfg[k] = args[k] == nil and v or args[k] end
 local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)

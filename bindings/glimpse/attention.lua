@@ -626,24 +626,33 @@ function M.read(values, idx)
   return values:gather(2, idx:reshape(B, 1, 1):expand(B, 1, Dv)):reshape(B, Dv)
 end
 
---- attention.region_argmax(alpha (B,L), {grid = {h, w}, size = k}) -> idx (B,1)
+--- attention.region_argmax(alpha (B,L), {grid = {h, w}, size = k, extra = 0}) -> idx (B,1)
 -- Hard attention's test-time location read as the mode of the map smoothed over a region:
 -- the cell at the centre of the k x k window (k odd, default 3) that holds the most
 -- attention, windows clipped at the grid's edge.  An object covers several cells of a
 -- grid, so its probability is spread over them; the single likeliest cell can belong to a
 -- smaller, more peaked region, while the window finds where most of the mass lies.  grid
 -- gives the (h, w) layout of the L positions, row-major (default {1, L}: a sequence, and
--- the window is k positions long).  k = 1 is the argmax.
+-- the window is k positions long).  k = 1 is the argmax.  extra = n: the last n of the L
+-- positions are not on the grid (a whole-image cell, a sentinel); each competes with its own
+-- weight against the windows' mass (the sum over the window), and the first L - n are the grid.
 function M.region_argmax(alpha, opts)
   local fname = "attention.region_argmax"
   check_tensor(alpha, "alpha (B,L)", 2, 2, fname)
   check_opts(opts, fname, 2)
-  local B, L = alpha.shape[1], alpha.shape[2]
+  local B, n = alpha.shape[1], alpha.shape[2]
+  local extra = opts and opts.extra or 0
+  if math.type(extra) ~= "integer" or extra < 0 or extra >= n then
+    error(string.format("%s: extra must be an integer in [0, %d) (alpha {%d,%d}), got %s", fname,
+                        n, B, n, tostring(extra)), 2)
+  end
+  local L = n - extra
   local grid = opts and opts.grid or {1, L}
   if type(grid) ~= "table" or math.type(grid[1]) ~= "integer" or math.type(grid[2]) ~= "integer"
      or grid[1] * grid[2] ~= L then
-    error(string.format("%s: grid must be {h, w} with h * w = L = %d (alpha {%d,%d}), got %s",
-                        fname, L, B, L, type(grid) == "table" and
+    error(string.format("%s: grid must be {h, w} with h * w = L = %d (alpha {%d,%d}%s), got %s",
+                        fname, L, B, n, extra > 0 and string.format(", %d extra", extra) or "",
+                        type(grid) == "table" and
                         "{" .. tostring(grid[1]) .. "," .. tostring(grid[2]) .. "}" or tostring(grid)), 2)
   end
   local k = opts and opts.size or 3
@@ -652,10 +661,13 @@ function M.region_argmax(alpha, opts)
   end
   return glimpse.no_grad(function()
     local a = alpha:detach()
-    if k > 1 then   -- the window's mean, zeros outside the grid: same order as its sum
-      a = glimpse.avg_pool2d(a:reshape(B, 1, grid[1], grid[2]), k, 1, k // 2):reshape(B, L)
+    local cells = extra > 0 and a:narrow(2, 1, L) or a
+    if k > 1 then   -- the window's mass (its mean times k^2, zeros outside the grid)
+      cells = glimpse.avg_pool2d(cells:reshape(B, 1, grid[1], grid[2]), k, 1, k // 2):reshape(B, L)
+      if extra > 0 then cells = cells * (k * k) end
     end
-    return a:argmax(2):reshape(B, 1)
+    if extra > 0 then cells = glimpse.cat({cells, a:narrow(2, L + 1, extra)}, 2) end
+    return cells:argmax(2):reshape(B, 1)
   end)
 end
 

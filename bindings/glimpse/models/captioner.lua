@@ -191,7 +191,8 @@ M.RECIPES = {
 ---           soft_prob=0.5, entropy=0.01, reward_weight=1, baseline_decay=0.9,
 ---           hard_eval="argmax", marginal_cells=8, region_size=3, samples=1, baseline="average"|"loo", estimator="reinforce",
 ---           tau=1, soft_prob_end=soft_prob, entropy_end=entropy, anneal=1, mix="sample",
----           coords=false, global_feature=false, global_output=false, length_penalty=0,
+---           coords=false, global_feature=false, global_output=false, whole_image=false,
+---           length_penalty=0,
 ---           image={channels=, height=, width=, mean=, std=}, max_len=30} -> captioner
 -- vocab: a datasets/vocab.lua vocabulary (ids: 1 <pad> 2 <start> 3 <end> 4 <unk>) or a word
 -- list.  encoder: a module with :grid (glimpse.models' encoders) or the options of
@@ -219,6 +220,11 @@ M.RECIPES = {
 -- global_output=true (deep output only) adds it to the deep output layer as well, L_g mean_i
 -- a_i next to L_z z_t: where the expected context tells the output layer what the image
 -- holds, one hard-attention cell does not.
+-- whole_image=true adds one more cell to attend to, the mean annotation, after the grid's L
+-- (Lu et al. 2017's visual sentinel is such an extra cell): hard attention can then read
+-- the whole image at a word that needs it (is there one more item?) and one item's cell at
+-- a word that names it.  The attention weights are then (.., L + 1); the maps that
+-- cap:forward, cap:loss (info.alphas) and cap:caption return are the grid's L columns.
 -- length_penalty: GNMT's alpha for cap:caption's beam search (score = log p / ((5 +
 -- len) / 6)^alpha), kept with the model: hard attention's decoder is less sure that one
 -- more item follows, and beam search without it prefers captions that stop early.
@@ -250,6 +256,7 @@ function Captioner:init(o)
     coords = coords,
     global_feature = bool(o, "global_feature", false),
     global_output = bool(o, "global_output", false),
+    whole_image = bool(o, "whole_image", false),
     dim_embed = positive_int(o, "dim_embed", 64, 4),
     dim_hidden = positive_int(o, "dim_hidden", 256, 4),
     dim_att = positive_int(o, "dim_att", 128, 4),
@@ -468,17 +475,26 @@ function Captioner:_global_output(a)
   return self.out_g(a:mean(2))
 end
 
--- the attention state for a new image: the nn.Attention state, with the per-image cache
-function Captioner:_attention_state(a)
-  local st = self.attention:precompute(a, a, nil)
-  st.grid = self:_grid_of(a)
+-- what attention reads: the annotations a (B,L,D), and with whole_image their mean as one
+-- more cell (B,L+1,D)
+function Captioner:_attendable(a)
+  if not self.config.whole_image then return a end
+  return glimpse.cat({a, a:mean(2, true)}, 2)
+end
+
+-- the attention state for a new image (av: cap:_attendable's cells): the nn.Attention
+-- state, with the per-image cache, the grid and the count of cells after it
+function Captioner:_attention_state(av)
+  local st = self.attention:precompute(av, av, nil)
+  st.grid = self:_grid_of(av)
+  st.extra = self.config.whole_image and 1 or nil
   return st
 end
 
--- the (h, w) layout of annotations a (B,L,D): the last grid the encoder made, or for
--- annotations given directly a square grid if L is one, else a row
-function Captioner:_grid_of(a)
-  local g, L = rawget(self, "_grid"), a.shape[2]
+-- the (h, w) layout of the grid cells of av (B,L[+1],D): the last grid the encoder made, or
+-- for annotations given directly a square grid if L is one, else a row
+function Captioner:_grid_of(av)
+  local g, L = rawget(self, "_grid"), av.shape[2] - (self.config.whole_image and 1 or 0)
   if g and g[1] * g[2] == L then return g end
   local side = math.floor(math.sqrt(L) + 0.5)
   return side * side == L and {side, side} or {1, L}
@@ -559,12 +575,13 @@ function Captioner:forward(x, captions_in, opts)
   local g = self:_global_input(a)
   if g then xe = xe + g:reshape(B, 1, g.shape[2]) end
   local h, c = self:initial_state(a)
-  local st = self:_attention_state(a)
+  local av = self:_attendable(a)
+  local st = self:_attention_state(av)
   if opts and opts.use_soft ~= nil then st.use_soft = opts.use_soft end
   local hs, zs, alphas, betas = {}, {}, {}, {}
   for t = 1, T do
     local z, alpha, beta
-    h, c, z, alpha, st, beta = self:_step(xe:select(2, t), h, c, a, st, Wz)
+    h, c, z, alpha, st, beta = self:_step(xe:select(2, t), h, c, av, st, Wz)
     hs[t], zs[t], alphas[t] = h, z, alpha
     if beta then betas[t] = beta:reshape(B) end
   end
@@ -572,7 +589,9 @@ function Captioner:forward(x, captions_in, opts)
   if go then go = go:reshape(B, 1, go.shape[2]) end
   local logits = self:_logits(ey, glimpse.stack(hs, 2), glimpse.stack(zs, 2), go)
   st.betas = self.gate and glimpse.stack(betas, 2):detach() or nil
-  return logits, glimpse.stack(alphas, 2), st
+  st.alphas = glimpse.stack(alphas, 2)                         -- every cell's (the penalty's)
+  local L = a.shape[2]
+  return logits, av.shape[2] > L and st.alphas:narrow(3, 1, L) or st.alphas, st
 end
 
 --- cap:penalty(alphas (B,T,L), mask (B,T) or nil) -> the doubly stochastic penalty averaged
@@ -603,6 +622,7 @@ function Captioner:_pass(a, captions_in, captions_out, mask, use_soft)
     B = B * K
   end
   local logits, alphas, st = self:forward(a, captions_in, {use_soft = use_soft})
+  local all_alphas = st.alphas
   -- padded targets become <pad> so cross_entropy ignores them whatever the caller's mask says
   local targets = captions_out * mask + (1 - mask) * Vocab.PAD
   local nll = glimpse.cross_entropy(logits:reshape(B * T, V), targets:reshape(B * T),
@@ -613,7 +633,7 @@ function Captioner:_pass(a, captions_in, captions_out, mask, use_soft)
   local info = {tokens = ntok, nll = loss:item(), alphas = alphas:detach(), betas = st.betas}
   local lambda = self.config.doubly_stochastic
   if lambda > 0 then
-    local ds = self:penalty(alphas, mask)                       -- per caption
+    local ds = self:penalty(all_alphas, mask)                   -- per caption
     info.ds = ds:item()
     loss = loss + ds * (B / ntok)
   else
@@ -802,13 +822,14 @@ end
 -- per-image cache included); weights stay out
 function Captioner:_decode_state(a)
   local h, c = self:initial_state(a)
-  local st = self:_attention_state(a)
+  local av = self:_attendable(a)
+  local st = self:_attention_state(av)
   local cache, fixed = {}, {}
   for k, v in pairs(st.cache) do
     if glimpse.is_tensor(v) and v:dim() >= 1 and v.shape[1] == a.shape[1] then cache[k] = v
     else fixed[k] = v end
   end
-  return {h = h, c = c, a = a, cache = cache, g = self:_global_input(a),
+  return {h = h, c = c, a = av, cache = cache, g = self:_global_input(a),
           go = self:_global_output(a)}, fixed
 end
 
@@ -884,7 +905,7 @@ function Captioner:_decode_step(fixed)
     for k, v in pairs(fixed) do cache[k] = v end
     for k, v in pairs(s.cache) do cache[k] = v end
     local st = {cache = cache, keys = s.a, values = s.a, t = 0, logps = {}, entropies = {},
-                grid = self:_grid_of(s.a)}
+                grid = self:_grid_of(s.a), extra = self.config.whole_image and 1 or nil}
     local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
     local lp = glimpse.log_softmax(self:_logits(ey, h, z, s.go), 2) + ban
     return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go}, alpha
@@ -962,6 +983,7 @@ function Captioner:caption(images, opts)
         local rows = {}
         for t = 1, #toks[b] do rows[t] = aligns[b][t] end
         alphas[b] = #rows > 0 and glimpse.tensor(rows) or glimpse.zeros(0, a.shape[2])
+        if alphas[b].shape[2] > a.shape[2] then alphas[b] = alphas[b]:narrow(2, 1, a.shape[2]) end
       end
       return {words, toks, alphas}
     end)

@@ -250,7 +250,7 @@ function Attention:hard_context(soft_ctx, alpha, values, state)
   if not self.training then
     if self.hard_eval == "soft" then return soft_ctx end
     if self.hard_eval == "region" then
-      local idx = att.region_argmax(alpha, {grid = state.grid, size = self.region})
+      local idx = att.region_argmax(alpha, {grid = state.grid, size = self.region, extra = state.extra})
       state.sample = idx
       return att.read(values, idx)
     end
