@@ -467,6 +467,28 @@ function T.test_region_argmax_picks_the_densest_window_not_the_peak_cell()
   lu.assertEquals(att.region_argmax(seq, {size = 1}):totable(), {{1}})
 end
 
+function T.test_region_argmax_extra_cells_compete_with_the_windows_mass()
+  -- a 3x3 grid and one cell after it: the 3x3 window at the centre holds all the grid's mass
+  local function row(grid_each, extra)
+    local r = {}
+    for l = 1, 9 do r[l] = grid_each end
+    r[10] = extra
+    return r
+  end
+  local alpha = glimpse.tensor({row(0.09, 0.19), row(0.05, 0.55), row(0.1, 0.1)})
+  -- 0.81 in the window against 0.19; 0.45 against 0.55; 0.9 against 0.1
+  lu.assertEquals(att.region_argmax(alpha, {grid = {3, 3}, extra = 1}):totable(), {{5}, {10}, {5}})
+  -- size 1: the extra cell against single cells (the plain argmax of the row)
+  lu.assertEquals(att.region_argmax(alpha, {grid = {3, 3}, size = 1, extra = 1}):totable(),
+                  {{10}, {10}, {1}})
+  local ok, err = pcall(att.region_argmax, alpha, {grid = {3, 3}, extra = 10})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "attention.region_argmax: extra must be an integer in [0, 10) (alpha {3,10}), got 10")
+  ok, err = pcall(att.region_argmax, alpha, {grid = {3, 3}})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "h * w = L = 10 (alpha {3,10}), got {3,3}")
+end
+
 function T.test_region_argmax_checks_the_grid_and_the_window()
   local alpha = glimpse.softmax(glimpse.randn(2, 6), 2)
   local ok, err = pcall(att.region_argmax, alpha, {grid = {2, 2}})

@@ -242,6 +242,45 @@ function T.test_global_output_adds_l_g_of_the_mean_annotation_to_every_deep_outp
   lu.assertStrContains(err, "global_output")
 end
 
+function T.test_whole_image_is_one_more_cell_holding_the_mean_annotation()
+  -- the mean of [a; mean a] is mean a, so a whole_image model on annotations a is the plain
+  -- model on the L + 1 cells [a; mean a], weight for weight
+  glimpse.manual_seed(29)
+  local wi = tiny({whole_image = true, global_feature = true})
+  local plain = tiny({global_feature = true})
+  plain:load_state_dict(wi:state_dict())
+  glimpse.no_grad(function()
+    wi.global_in.weight:uniform_(-0.3, 0.3)
+    plain.global_in.weight:copy_(wi.global_in.weight)
+  end)
+  local b = batch(CAPS)
+  local a = glimpse.no_grad(function() return wi:annotate(b.images) end)     -- (B,16,D)
+  local av = glimpse.cat({a, a:mean(2, true)}, 2)                              -- (B,17,D)
+  local l1, al1, st1 = glimpse.no_grad(function() return wi:forward(a, b.captions_in) end)
+  local l0, al0 = glimpse.no_grad(function() return plain:forward(av, b.captions_in) end)
+  assert_close(l1, l0, {rtol = 1e-5, floor = 1}, "logits")
+  lu.assertEquals(al1.shape, {b.captions_in.shape[1], b.captions_in.shape[2], 16})   -- the grid's maps
+  lu.assertEquals(st1.alphas.shape, {b.captions_in.shape[1], b.captions_in.shape[2], 17})  -- every cell's
+  assert_close(st1.alphas, al0, {rtol = 1e-5, floor = 1}, "alphas")
+  local _, info = wi:loss(a, b.captions_in, b.captions_out, b.mask)
+  lu.assertEquals(info.alphas.shape[3], 16)
+  -- decoding: the grid's maps, the same for one image and for a batch, every hard rule
+  local hard = tiny({whole_image = true, attention = "hard", hard_eval = "region"})
+  glimpse.no_grad(function() hard.attention.v:uniform_(-2, 2) end)
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  for _, rule in ipairs({"region", "argmax", "soft", "marginal"}) do
+    hard:set_hard_eval(rule)
+    local w, _, al = hard:caption(imgs[2], {beam = 3})
+    lu.assertEquals(hard:caption(imgs, {beam = 3})[2], w, rule)
+    lu.assertEquals(al.shape[2], 16, rule)
+  end
+  -- the attention MLP's gradient through the extra cell
+  glimpse.no_grad(function() wi.attention.v:uniform_(-1, 1) end)
+  local function f() return (wi:loss(a, b.captions_in, b.captions_out, b.mask)) end
+  lu.assertTrue(glimpse.gradcheck(f, {wi.attention.key_proj.weight},
+                                  {eps = GRAD_EPS, atol = GRAD_ATOL, rtol = GRAD_RTOL, max_elements = 40}))
+end
+
 function T.test_caption_beam_uses_the_models_length_penalty_unless_given()
   glimpse.manual_seed(26)
   local cap = tiny({attention = "hard", hard_eval = "region", length_penalty = 1.5})
