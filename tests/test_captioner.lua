@@ -166,6 +166,22 @@ function T.test_coords_append_two_features_in_minus_one_to_one()
   lu.assertAlmostEquals(xy[2][2], -0.75, EXACT)
 end
 
+-- the logits of `with` on annotations a equal, caption by caption, those of a model without
+-- the option (tiny(opts), the same weights) whose bias(model) holds gv[k] for caption k
+local function assert_a_bias_per_caption(with, a, captions_in, opts, bias, gv)
+  local lg = glimpse.no_grad(function() return (with:forward(a, captions_in)) end)
+  for k = 1, a.shape[1] do
+    local one = tiny(opts)
+    one:load_state_dict(with:state_dict(), {strict = false})
+    one:train(with.training)
+    glimpse.no_grad(function() bias(one):add_(gv[k]) end)
+    local lk = glimpse.no_grad(function()
+      return (one:forward(a:narrow(1, k, 1), captions_in:narrow(1, k, 1)))
+    end)
+    assert_close(lk[1], lg[k], {rtol = 1e-5, floor = 1}, "caption " .. k)
+  end
+end
+
 function T.test_global_feature_adds_w_g_of_the_mean_annotation_to_every_lstm_input()
   -- with W_g = 0 the model is the one without the option (same other weights); with W_g
   -- set, step t's logits follow the LSTM input E-part + W_z z_t + W_g mean_i a_i
@@ -182,16 +198,7 @@ function T.test_global_feature_adds_w_g_of_the_mean_annotation_to_every_lstm_inp
   -- W_g v is the same as a bias of W_g v on the LSTM input, one per caption
   glimpse.no_grad(function() with.global_in.weight:uniform_(-0.5, 0.5) end)
   local gv = glimpse.no_grad(function() return with.global_in(a:mean(2)) end)    -- (B,4H)
-  local lg = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
-  for k = 1, 2 do
-    local one = tiny()
-    one:load_state_dict(with:state_dict(), {strict = false})
-    glimpse.no_grad(function() one.lstm.bias_ih:add_(gv[k]) end)
-    local lk = glimpse.no_grad(function()
-      return (one:forward(a:narrow(1, k, 1), b.captions_in:narrow(1, k, 1)))
-    end)
-    assert_close(lk[1], lg[k], {rtol = 1e-5, floor = 1}, "caption " .. k)
-  end
+  assert_a_bias_per_caption(with, a, b.captions_in, {}, function(m) return m.lstm.bias_ih end, gv)
   -- beam search carries W_g v along its beams: beam 1 = greedy, batch = single
   local imgs = glimpse.rand(2, 1, 16, 16)
   lu.assertEquals(with:caption(imgs[2], {beam = 1}), with:caption(imgs, {beam = 1})[2])
@@ -214,17 +221,8 @@ function T.test_global_output_adds_l_g_of_the_mean_annotation_to_every_deep_outp
   lu.assertEquals((l1 - l0):abs():max():item(), 0)
   glimpse.no_grad(function() with.out_g.weight:uniform_(-0.5, 0.5) end)
   local gv = glimpse.no_grad(function() return with.out_g(a:mean(2)) end)         -- (B,E)
-  local lg = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
-  for k = 1, 2 do
-    local one = tiny({attention = "hard", hard_eval = "argmax"})
-    one:load_state_dict(with:state_dict(), {strict = false})
-    one:evaluate()
-    glimpse.no_grad(function() one.out_z.bias:add_(gv[k]) end)
-    local lk = glimpse.no_grad(function()
-      return (one:forward(a:narrow(1, k, 1), b.captions_in:narrow(1, k, 1)))
-    end)
-    assert_close(lk[1], lg[k], {rtol = 1e-5, floor = 1}, "caption " .. k)
-  end
+  assert_a_bias_per_caption(with, a, b.captions_in, {attention = "hard", hard_eval = "argmax"},
+                            function(m) return m.out_z.bias end, gv)
   -- decoding carries it: batch = single, for the step and the marginal decoder; save/load
   local imgs = glimpse.rand(2, 1, 16, 16)
   lu.assertEquals(with:caption(imgs[2], {beam = 1}), with:caption(imgs, {beam = 1})[2])
