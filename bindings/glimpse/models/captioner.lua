@@ -172,7 +172,8 @@ local function attention_rule(rule) return rule == "marginal" and "argmax" or ru
 --           expected context on average); test time reads the centre of the 3 x 3 window
 --           with the most attention (hard_eval = "region") and beam search normalises for
 --           length (length_penalty = 2), both chosen on validation scenes
---           (scripts/caption.lua's default: the sharpest maps and the best BLEU of the three)
+--           (scripts/caption.lua's default: the sharpest maps and the best BLEU of the three;
+--           the script then chooses the rule and penalty again, caption_eval.tune)
 M.RECIPES = {
   paper = {soft_prob = 0.5, soft_prob_end = 0.5, entropy = 0.01, entropy_end = 0.01, anneal = 1,
            samples = 1, baseline = "average", estimator = "reinforce", tau = 1,
