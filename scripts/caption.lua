@@ -48,7 +48,7 @@ num("--soft-prob", "hard: probability of the expected context per batch (at the 
 num("--soft-prob-end", "hard: soft-prob at the end of the schedule")
 num("--entropy", "hard: entropy bonus lambda_e (at the start)")
 num("--entropy-end", "hard: entropy weight at the end of the schedule")
-choice("--mix", "hard: sample (one coin per batch: the expected context or samples) | expected (both, weighted by soft-prob)", {"sample", "expected"})
+choice("--mix", "hard: sample (one coin per batch: the expected context or samples) | row (one coin per caption) | expected (both, weighted by soft-prob)", {"sample", "row", "expected"})
 num("--anneal", "hard: share of training over which the schedules move")
 num("--samples", "hard: samples K per caption (K > 1: leave-one-out baseline)")
 choice("--baseline", "hard: average (moving average) | loo (leave-one-out, K > 1)", {"average", "loo"})

@@ -211,7 +211,8 @@ M.RECIPES = {
 -- Gumbel-softmax at temperature tau; K > 1 averages K samples), soft_prob_end / entropy_end /
 -- anneal (schedules, see cap:set_progress), mix ("sample": one coin per batch picks the
 -- expected context with probability soft_prob; "expected": the coin's expectation, every
--- batch decoded both ways, soft_prob L(expected) + (1 - soft_prob) L(samples)).  coords=true appends each
+-- batch decoded both ways, soft_prob L(expected) + (1 - soft_prob) L(samples); "row": one
+-- coin per caption, so every batch holds captions of both kinds).  coords=true appends each
 -- cell's (x, y) centre in [-1,1] to its annotation (D + 2 features; not in the paper: the CNN
 -- grid alone says little about where a cell is, which captions of spatial relations need).
 -- global_feature=true adds the mean annotation to the LSTM input at every step, W_g mean_i a_i
@@ -303,8 +304,8 @@ function Captioner:init(o)
     fail(3, "Captioner: baseline = \"loo\" needs samples >= 2, got %d", c.samples)
   end
   c.mix = o.mix or "sample"
-  if c.mix ~= "sample" and c.mix ~= "expected" then
-    fail(3, "Captioner: option 'mix' must be \"sample\" or \"expected\", got %s", tostring(c.mix))
+  if c.mix ~= "sample" and c.mix ~= "expected" and c.mix ~= "row" then
+    fail(3, "Captioner: option 'mix' must be \"sample\", \"expected\" or \"row\", got %s", tostring(c.mix))
   end
   if c.estimator ~= "reinforce" and c.estimator ~= "gumbel" then
     fail(3, "Captioner: option 'estimator' must be \"reinforce\" or \"gumbel\", got %s",
@@ -579,6 +580,10 @@ function Captioner:forward(x, captions_in, opts)
   local av = self:_attendable(a)
   local st = self:_attention_state(av)
   if opts and opts.use_soft ~= nil then st.use_soft = opts.use_soft end
+  if opts and opts.soft_rows then                               -- mix = "row": a coin per caption
+    st.use_soft = false
+    st.soft_rows = glimpse.rand(B, 1):lt(opts.soft_rows)
+  end
   local hs, zs, alphas, betas = {}, {}, {}, {}
   for t = 1, T do
     local z, alpha, beta
@@ -604,7 +609,7 @@ end
 -- one pass of the objective over annotations a (B,L,D): loss per real token and info (see
 -- cap:loss).  use_soft: hard attention reads the expected context (nil: soft attention or
 -- evaluation).  Sampled hard passes decode every caption config.samples times.
-function Captioner:_pass(a, captions_in, captions_out, mask, use_soft)
+function Captioner:_pass(a, captions_in, captions_out, mask, use_soft, soft_rows)
   local B, T = captions_out.shape[1], captions_out.shape[2]
   local V = self.vocab:size()
   local hard = self.config.attention == "hard" and self.training
@@ -622,7 +627,7 @@ function Captioner:_pass(a, captions_in, captions_out, mask, use_soft)
     a, captions_in, captions_out, mask = rep(a), rep(captions_in), rep(captions_out), rep(mask)
     B = B * K
   end
-  local logits, alphas, st = self:forward(a, captions_in, {use_soft = use_soft})
+  local logits, alphas, st = self:forward(a, captions_in, {use_soft = use_soft, soft_rows = soft_rows})
   local all_alphas = st.alphas
   -- padded targets become <pad> so cross_entropy ignores them whatever the caller's mask says
   local targets = captions_out * mask + (1 - mask) * Vocab.PAD
@@ -717,12 +722,14 @@ function Captioner:loss(x, captions_in, captions_out, mask, opts)
       loss, info = ls, is
     end
   else
-    local use_soft = nil
-    if hard then
+    local use_soft, rows = nil, nil
+    if hard and self.config.mix == "row" then
+      rows = self.attention.soft_prob                            -- one draw per caption
+    elseif hard then
       local p = self.attention.soft_prob
       use_soft = p > 0 and glimpse.rand(1):item() < p            -- one draw per batch
     end
-    loss, info = self:_pass(a, captions_in, captions_out, mask, use_soft)
+    loss, info = self:_pass(a, captions_in, captions_out, mask, use_soft, rows)
   end
   info.baseline = self.baseline.value
   if x:dim() == 4 and not self.config.trained_on then            -- what caption will expect

@@ -262,16 +262,19 @@ function Attention:hard_context(soft_ctx, alpha, values, state)
     state.use_soft = self.soft_prob > 0 and glimpse.rand(1):item() < self.soft_prob
   end
   if state.use_soft then return soft_ctx end
+  -- state.soft_rows (B,1) of 0/1: the rows that read the expected context (a coin per row)
+  local rows = state.soft_rows
+  local function mixed(ctx) return rows and ctx + rows * (soft_ctx - ctx) or ctx end
   if self.estimator == "gumbel" then       -- straight-through: no REINFORCE terms
     local ctx, idx = att.gumbel_sample(alpha, values, self.tau)
     state.sample = idx
-    return ctx
+    return mixed(ctx)
   end
   local ctx, idx, logp, H = att.sample(alpha, values)
   state.sample = idx
   state.logps[state.t] = logp
   state.entropies[state.t] = H
-  return ctx
+  return mixed(ctx)
 end
 
 --- att:reinforce_terms(state, tgt_mask (B,T) or nil) -> logp (B), entropy (B)
@@ -288,6 +291,10 @@ function Attention:reinforce_terms(state, tgt_mask)
       if tgt_mask then
         local mt = tgt_mask:select(2, t)
         lp, h = lp * mt, h * mt
+      end
+      if state.soft_rows then                  -- rows that read the expected context: no terms
+        local keep = 1 - state.soft_rows:reshape(B)
+        lp, h = lp * keep, h * keep
       end
       logp, H = logp + lp, H + h
     end
