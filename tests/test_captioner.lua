@@ -912,6 +912,35 @@ function T.test_expected_mix_is_the_coin_weighted_sum_of_both_passes()
   lu.assertStrContains(tostring(e), "'mix' must be")
 end
 
+-- mix = "row": a coin per caption; the rows that read the expected context carry no REINFORCE
+-- terms, the others do; p = 1 is the expected-context pass for every row
+function T.test_row_mix_draws_a_coin_per_caption()
+  local b = batch(CAPS2)
+  glimpse.manual_seed(7)
+  local cap = hard({estimator = "reinforce", mix = "row"})
+  glimpse.no_grad(function() cap.attention.v:uniform_(-1, 1) end)
+  local a = glimpse.no_grad(function() return cap:annotate(b.images) end)
+  local kinds = {}
+  for seed = 1, 20 do
+    glimpse.manual_seed(seed)
+    local _, _, st = cap:forward(a, b.captions_in, {soft_rows = 0.5})
+    local logp = cap.attention:reinforce_terms(st)
+    for r = 1, a.shape[1] do
+      local soft = st.soft_rows[r][1]:item() == 1
+      kinds[soft and "soft" or "hard"] = true
+      if soft then lu.assertEquals(logp[r]:item(), 0) else lu.assertTrue(logp[r]:item() < 0) end
+    end
+  end
+  lu.assertEquals(kinds, {soft = true, hard = true})     -- both kinds over the draws
+  -- every row on the expected context: the loss of a batch that reads it
+  cap.attention.soft_prob = 1
+  local all = cap:loss(a, b.captions_in, b.captions_out, b.mask):item()
+  local _, info = cap:loss(a, b.captions_in, b.captions_out, b.mask)
+  lu.assertEquals(info.reinforce, 0)
+  cap.config.mix = "sample"
+  lu.assertAlmostEquals(cap:loss(a, b.captions_in, b.captions_out, b.mask):item(), all, 1e-5)
+end
+
 function T.test_set_progress_moves_soft_prob_and_entropy_over_the_anneal_share()
   local cap = hard({soft_prob = 1, soft_prob_end = 0, entropy = 0.02, entropy_end = 0, anneal = 0.5})
   local want = {{0, 1, 0.02}, {0.25, 0.5, 0.01}, {0.5, 0, 0}, {0.9, 0, 0}}
