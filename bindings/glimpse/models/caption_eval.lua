@@ -102,9 +102,9 @@ M.TUNE_RULES = {"region", "argmax"}   -- rules that read one cell: hard attentio
 -- validation set: never the test set): beam search's length penalty and, for hard
 -- attention, what test time reads (the rules; by default the two that read one cell, so a
 -- hard model is not turned into a soft one at test time; soft attention has one rule).
--- The best setting is kept in the model (cap.config.length_penalty, cap:set_hard_eval), so it is saved with it;
--- a setting replaces the one before it only when its BLEU-4 is higher, so ties keep the
--- earlier rule and the smaller penalty.  best = {rule=, length_penalty=, bleu4=}; rows: every
+-- The best setting is kept in the model (cap.config.length_penalty, cap:set_hard_eval), so
+-- it is saved with it; a setting replaces the one before it only when its BLEU-4 is higher,
+-- so ties keep the earlier rule and the smaller penalty.  best = {rule=, length_penalty=, bleu4=}; rows: every
 -- setting tried, {rule=, length_penalty=, bleu4=}.
 function M.tune(cap, set, opts)
   opts = opts or {}

@@ -477,6 +477,9 @@ function Captioner:_global_output(a)
   return self.out_g(a:mean(2))
 end
 
+-- the cells attention reads after the grid's: 1 with whole_image, else 0
+function Captioner:_extra_cells() return self.config.whole_image and 1 or 0 end
+
 -- what attention reads: the annotations a (B,L,D), and with whole_image their mean as one
 -- more cell (B,L+1,D)
 function Captioner:_attendable(a)
@@ -489,14 +492,14 @@ end
 function Captioner:_attention_state(av)
   local st = self.attention:precompute(av, av, nil)
   st.grid = self:_grid_of(av)
-  st.extra = self.config.whole_image and 1 or nil
+  st.extra = self:_extra_cells()
   return st
 end
 
 -- the (h, w) layout of the grid cells of av (B,L[+1],D): the last grid the encoder made, or
 -- for annotations given directly a square grid if L is one, else a row
 function Captioner:_grid_of(av)
-  local g, L = rawget(self, "_grid"), av.shape[2] - (self.config.whole_image and 1 or 0)
+  local g, L = rawget(self, "_grid"), av.shape[2] - self:_extra_cells()
   if g and g[1] * g[2] == L then return g end
   local side = math.floor(math.sqrt(L) + 0.5)
   return side * side == L and {side, side} or {1, L}
@@ -913,7 +916,7 @@ function Captioner:_decode_step(fixed)
     for k, v in pairs(fixed) do cache[k] = v end
     for k, v in pairs(s.cache) do cache[k] = v end
     local st = {cache = cache, keys = s.a, values = s.a, t = 0, logps = {}, entropies = {},
-                grid = self:_grid_of(s.a), extra = self.config.whole_image and 1 or nil}
+                grid = self:_grid_of(s.a), extra = self:_extra_cells()}
     local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
     local lp = glimpse.log_softmax(self:_logits(ey, h, z, s.go), 2) + ban
     return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go}, alpha
