@@ -144,8 +144,9 @@ install: all
 	if [ -f $(BUILD)/libglimpse_mpi.so ]; then install -d $(DESTDIR)$(PREFIX)/lib/glimpse && \
 	  install -m 644 $(BUILD)/libglimpse_mpi.so $(DESTDIR)$(PREFIX)/lib/glimpse/; fi
 	cp -r bindings/glimpse/. $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/
-	# files of older layouts that would shadow the nn/ and models/ packages
-	cd $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua models.lua
+	# files of older layouts that would shadow the packages of this one
+	cd $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua \
+	  models.lua optim.lua attention.lua data.lua captioner.lua
 	if [ -d datasets ]; then cp -r datasets $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/; fi
 	if ls models/*.safetensors > /dev/null 2>&1; then install -d $(DESTDIR)$(PREFIX)/share/glimpse/models && \
 	  cp models/*.safetensors $(DESTDIR)$(PREFIX)/share/glimpse/models/; fi

@@ -1,4 +1,5 @@
-/* lglimpse.c -- luaopen_glimpse: the tensor userdata, creation, facts, printing, autograd.
+/* lglimpse.c -- luaopen_glimpse_core (the C module "glimpse.core", which the Lua library's
+ * glimpse/init.lua extends into require "glimpse"): the tensor userdata, creation, facts, printing, autograd.
  *
  * A Lua tensor is a full userdata holding one gl_tensor reference (a "box").  The box is
  * pushed before the engine computes into it, so a result is owned by Lua from the moment it
@@ -784,55 +785,6 @@ static int m_newindex(lua_State *L) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* lazily loaded Lua sub-modules and Lua-side functions */
-
-static const char *const lazy[][2] = {
-    {"nn", "glimpse.nn"},         {"optim", "glimpse.optim"},
-    {"attention", "glimpse.attention"}, {"data", "glimpse.data"},
-    {"viz", "glimpse.viz"},       {"decode", "glimpse.decode"},
-    {"init", "glimpse.nn_init"},  {"models", "glimpse.models"},
-    {"progress", "glimpse.progress"}, {"util", "glimpse.util"},
-    {"draw", "glimpse.draw"},     {"planar", "glimpse.planar"},
-    {"metrics", "glimpse.metrics"}, {"captioner", "glimpse.captioner"},
-    {"train", "glimpse.train"},   {"experiment", "glimpse.experiment"},
-    {"report", "glimpse.report"}, {"repl", "glimpse.repl"},
-    {"dist", "glimpse.dist"},
-    {"compare", "glimpse.compare"},
-    {NULL, NULL}};
-
-static const char *const lazy_fns[][2] = {
-    {"gradcheck", "glimpse.autograd"}, {NULL, NULL}};
-
-static int module_index(lua_State *L) {
-  const char *k = lua_tostring(L, 2);
-  if (!k) return 0;
-  for (int i = 0; lazy[i][0]; i++) {
-    if (!strcmp(k, lazy[i][0])) {
-      lua_getglobal(L, "require");
-      lua_pushstring(L, lazy[i][1]);
-      lua_call(L, 1, 1);
-      lua_pushvalue(L, 2);
-      lua_pushvalue(L, -2);
-      lua_rawset(L, 1);
-      return 1;
-    }
-  }
-  for (int i = 0; lazy_fns[i][0]; i++) {
-    if (!strcmp(k, lazy_fns[i][0])) {
-      lua_getglobal(L, "require");
-      lua_pushstring(L, lazy_fns[i][1]);
-      lua_call(L, 1, 1);
-      lua_getfield(L, -1, k);
-      lua_pushvalue(L, 2);
-      lua_pushvalue(L, -2);
-      lua_rawset(L, 1);
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* ------------------------------------------------------------------------ */
 
 static const luaL_Reg module_fns[] = {
     {"tensor", l_tensor},     {"zeros", l_zeros},
@@ -864,7 +816,7 @@ static const luaL_Reg meta[] = {
     {"__tostring", m_tostring},
     {NULL, NULL}};
 
-int luaopen_glimpse(lua_State *L) {
+int luaopen_glimpse_core(lua_State *L) {
   luaL_newmetatable(L, LG_TENSOR);           /* 1: metatable */
   int mt = lua_gettop(L);
   luaL_setfuncs(L, meta, 0);
@@ -898,16 +850,6 @@ int luaopen_glimpse(lua_State *L) {
   lua_setfield(L, mt, "__newindex");
   lua_pushliteral(L, "glimpse.Tensor");
   lua_setfield(L, mt, "__name");
-
-  /* module metatable: lazy sub-modules */
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, module_index);
-  lua_setfield(L, -2, "__index");
-  lua_newtable(L);   /* __complete: the names module_index answers, for the REPL */
-  for (int i = 0; lazy[i][0]; i++) { lua_pushboolean(L, 1); lua_setfield(L, -2, lazy[i][0]); }
-  for (int i = 0; lazy_fns[i][0]; i++) { lua_pushboolean(L, 1); lua_setfield(L, -2, lazy_fns[i][0]); }
-  lua_setfield(L, -2, "__complete");
-  lua_setmetatable(L, mod);
 
   lua_pushvalue(L, mi);
   lua_setfield(L, mod, "Tensor");            /* glimpse.Tensor: the methods table */

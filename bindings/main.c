@@ -37,7 +37,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-int luaopen_glimpse(lua_State *L);
+int luaopen_glimpse_core(lua_State *L);
 
 #define PROMPT1 "> "
 #define PROMPT2 ">> "
@@ -682,7 +682,7 @@ static int multiline(lua_State *L) {
 /* "?name": glimpse.repl.help(name), run like a statement */
 static int help_call(lua_State *L) {
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "glimpse.repl");
+  lua_pushliteral(L, "glimpse.cli.repl");
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "help");
   lua_pushvalue(L, lua_upvalueindex(1));
@@ -720,7 +720,7 @@ static int loadline(lua_State *L) {
  * the global print when that module cannot be loaded. */
 static int push_printer(lua_State *L) {
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "glimpse.repl");
+  lua_pushliteral(L, "glimpse.cli.repl");
   if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
     lua_getfield(L, -1, "show");
     lua_remove(L, -2);
@@ -882,11 +882,13 @@ static void setup_paths(lua_State *L) {
   lua_pop(L, 1);
 }
 
-/* the global `glimpse`, preloaded; and the completion hook for the tests */
+/* the global `glimpse`, preloaded: the C core is built in as "glimpse.core", and
+ * require "glimpse" finds the Lua library's glimpse/init.lua on the path set above; and the
+ * completion hook for the tests */
 static int open_glimpse(lua_State *L) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  lua_pushcfunction(L, luaopen_glimpse);
-  lua_setfield(L, -2, "glimpse");
+  lua_pushcfunction(L, luaopen_glimpse_core);
+  lua_setfield(L, -2, "glimpse.core");
   lua_pop(L, 1);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "glimpse");
@@ -897,14 +899,14 @@ static int open_glimpse(lua_State *L) {
   return report(L, status);
 }
 
-/* glimpse caption ...: require("glimpse.caption_cli").main({...}) -> the exit status */
+/* glimpse caption ...: require("glimpse.cli.caption").main({...}) -> the exit status */
 static int caption_mode(lua_State *L, int argc, char **argv) {
   luaL_openlibs(L);
   setup_paths(L);
   createargtable(L, argv, argc, 1);
   if (open_glimpse(L) != LUA_OK) return EXIT_FAILURE;
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "glimpse.caption_cli");
+  lua_pushliteral(L, "glimpse.cli.caption");
   int status = docall(L, 1, 1);
   if (status != LUA_OK) { report(L, status); return EXIT_FAILURE; }
   lua_getfield(L, -1, "main");

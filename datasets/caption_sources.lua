@@ -14,15 +14,15 @@
 -- as seen (before normalisation), scene(i) (scenes: the scene with its item boxes)};
 -- train_captions() -> every training caption as a string; random_images(indices) -> the
 -- images of those training examples (B,C,H,W).
-local Vocab = require "datasets.vocab"
-local batches = require "datasets.batches"
+local Vocab = require "glimpse.data.vocab"
+local batches = require "glimpse.data.batches"
 
 local M = {}
 
 --- caption_sources.scenes{dataset="scenes"|"shapes", train=20000, valid=500, test=500,
 ---                        clutter=0, seed=1} -> source (see the file's header)
 function M.scenes(o)
-  local gen = require(o.dataset == "shapes" and "datasets.shapes" or "datasets.scenes")
+  local gen = require("glimpse").data[o.dataset == "shapes" and "shapes" or "scenes"]
   local function make(split, n)
     local opts = {split = split, n = n or 500, seed = o.seed or 1}
     if o.dataset ~= "shapes" then opts.clutter = o.clutter or 0 end
@@ -52,7 +52,7 @@ local CACHE_MAX = 4000           -- pictures kept in memory once read and resize
 ---                          max_len=30} -> source.  Images are read (3 channels), resized to
 --- size x size and normalised with mean/std when given; restval counts as train.
 function M.karpathy(o)
-  local captions = require "datasets.captions"
+  local captions = require("glimpse").data.captions
   local image = require("glimpse").image
   if not o.images then error("caption_sources.karpathy: option 'images' (the image folder) is missing", 2) end
   local set = captions.load_karpathy(o.file, {merge_restval = true})

@@ -15,8 +15,8 @@
 --   local ds = train:encode(vocab, {max_len = 20})
 --   local b = ds:collate({1, 2})  -- b.captions_in (2,T) <start> w.., b.captions_out w.. <end>
 local cjson = require "cjson"
-local Vocab = require "datasets.vocab"
-local batches = require "datasets.batches"
+local Vocab = require "glimpse.data.vocab"
+local batches = require "glimpse.data.batches"
 
 local M = {}
 

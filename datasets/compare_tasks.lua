@@ -48,10 +48,10 @@
 --   of the queried key's value;  dates: year digits -> their source digits, day digits -> the
 --   day's digits; the month's two digits, the day's leading "0" when the source writes one
 --   digit, and the two "-" have no single source position: 0.  <end> and padding: 0.
-local Rng = require "datasets.rng"
-local Vocab = require "datasets.vocab"
-local batches = require "datasets.batches"
-local seq2seq = require "datasets.seq2seq_tasks"
+local Rng = require "glimpse.data.rng"
+local Vocab = require "glimpse.data.vocab"
+local batches = require "glimpse.data.batches"
+local seq2seq = require("glimpse").data.seq2seq
 
 local M = {}
 

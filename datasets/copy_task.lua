@@ -15,11 +15,11 @@
 -- steps, output_mask (B,S) the steps to copy on.
 --
 --   local copy = require "datasets.copy_task"
---   local rng = require("datasets.rng").new(1)
+--   local rng = require("glimpse.data.rng").new(1)
 --   local b = copy.batch(32, {min_len = 1, max_len = 20, rng = rng})   -- a fresh batch
 --   -- b.inputs (32,S,9), b.targets (32,S,8), b.output_mask (32,S), b.input_mask (32,S)
 local glimpse = require "glimpse"
-local Rng = require "datasets.rng"
+local Rng = require "glimpse.data.rng"
 
 local M = {}
 

@@ -11,7 +11,7 @@
 --   local b = ds:collate({1, 2, 3})
 --   -- b.points (3,n,2); b.targets (3,T) 1-based positions padded with 0; b.target_mask (3,T)
 local glimpse = require "glimpse"
-local Rng = require "datasets.rng"
+local Rng = require "glimpse.data.rng"
 
 local M = {}
 
@@ -21,7 +21,7 @@ M.TSP_MAX_N = 12
 local function f32(x) return (string.unpack("f", string.pack("f", x))) end
 
 --- points.uniform(n, rng) -> list of n points {x, y}, uniform in [0,1)^2, float32 values.
---- rng: a datasets.rng generator, or an integer seed.
+--- rng: a glimpse.data.Rng generator, or an integer seed.
 function M.uniform(n, rng)
   if type(rng) ~= "table" then rng = Rng.new(rng or 1, "points") end
   local p = {}
@@ -287,10 +287,10 @@ local function whole_batch(ds)
 end
 
 --- points.batch(B, {task=, n=, key=, rng=}) -> a collated batch of B fresh examples drawn
---- from rng (a datasets.rng generator kept by the caller, so each call gives new data).
+--- from rng (a glimpse.data.Rng generator kept by the caller, so each call gives new data).
 function M.batch(B, opts)
   opts = opts or {}
-  if type(opts.rng) ~= "table" then error("points.batch: opts.rng (a datasets.rng generator) expected", 2) end
+  if type(opts.rng) ~= "table" then error("points.batch: opts.rng (a glimpse.data.Rng generator) expected", 2) end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.count = B
@@ -306,7 +306,7 @@ end
 function M.augmented_batch(ds, B, rng)
   if getmetatable(ds) ~= Points then error("points.augmented_batch: ds must be a points.make dataset", 2) end
   if math.type(B) ~= "integer" or B < 1 then error("points.augmented_batch: B must be a positive integer", 2) end
-  if type(rng) ~= "table" then error("points.augmented_batch: rng (a datasets.rng generator) expected", 2) end
+  if type(rng) ~= "table" then error("points.augmented_batch: rng (a glimpse.data.Rng generator) expected", 2) end
   local out = setmetatable({task = ds.task, n = B, points = {}, targets = {}, lengths = {}, key = ds.key,
                             max_points = ds.max_points}, Points)
   if ds.tour_lengths then out.tour_lengths = {} end

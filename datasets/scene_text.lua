@@ -13,8 +13,8 @@
 -- Every word of an item's phrase (not the article) carries that item's box; the other words
 -- carry none (nil: iterate boxes with `for k = 1, #tokens`).
 local glimpse = require "glimpse"
-local Vocab = require "datasets.vocab"
-local batches = require "datasets.batches"
+local Vocab = require "glimpse.data.vocab"
+local batches = require "glimpse.data.batches"
 
 local M = {}
 

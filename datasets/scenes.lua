@@ -16,9 +16,9 @@
 --   ds.scenes[1].caption -- "a sneaker to the left of a bag"
 --   ds.scenes[1].boxes   -- per token: {x1,y1,x2,y2} or nil
 local glimpse = require "glimpse"
-local Rng = require "datasets.rng"
-local fm = require "datasets.fashion_mnist"
-local text = require "datasets.scene_text"
+local Rng = require "glimpse.data.rng"
+local fm = require("glimpse").data.fashion_mnist
+local text = require("glimpse").data.scene_text
 
 local M = {}
 

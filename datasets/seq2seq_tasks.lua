@@ -11,9 +11,9 @@
 --   local b = ds:collate({1, 2, 3})
 --   -- b.src (3,S) ids, b.src_mask (3,S), b.src_lengths {..}; b.tgt_in (3,T) = <start> y,
 --   -- b.tgt_out (3,T) = y <end>, b.tgt_mask (3,T), b.tgt_lengths {..} (counting <end>)
-local Rng = require "datasets.rng"
-local Vocab = require "datasets.vocab"
-local batches = require "datasets.batches"
+local Rng = require "glimpse.data.rng"
+local Vocab = require "glimpse.data.vocab"
+local batches = require "glimpse.data.batches"
 
 local M = {}
 

@@ -14,8 +14,8 @@
 --   local shapes = require "datasets.shapes"
 --   local ds = shapes.generate{n = 500, seed = 1}     -- ds.images (500,3,64,64)
 local glimpse = require "glimpse"
-local Rng = require "datasets.rng"
-local text = require "datasets.scene_text"
+local Rng = require "glimpse.data.rng"
+local text = require("glimpse").data.scene_text
 
 local M = {}
 

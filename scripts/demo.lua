@@ -6,7 +6,7 @@
 -- run.json and index.html to out/demo.  The same run as
 -- `glimpse scripts/seq2seq.lua --quick --beam 3 --out out/demo`, which has every flag.
 local glimpse = require "glimpse"
-local figures = require "glimpse.figures"
+local figures = require "glimpse.plot.figures"
 local experiment, eval = glimpse.experiment, glimpse.models.eval
 
 local args = experiment.parse(experiment.parser("demo", "Reverse digit strings with attention.",

@@ -12,7 +12,7 @@
 -- (the state_dict, loadable by PyTorch under the same names), run.json and index.html to the
 -- --out folder, named at the end.
 local glimpse = require "glimpse"
-local fm = require "datasets.fashion_mnist"
+local fm = require("glimpse").data.fashion_mnist
 local nn, experiment, util = glimpse.nn, glimpse.experiment, glimpse.util
 
 local parser = experiment.parser("fashion_mnist", "Train a small CNN on Fashion-MNIST.",

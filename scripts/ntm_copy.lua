@@ -15,7 +15,7 @@
 -- lengths and on longer ones.  Writes metrics.json, run.json, model.safetensors, index.html
 -- and pictures: targets against outputs, and (NTM) the write and read weightings over time.
 local glimpse = require "glimpse"
-local figures = require "glimpse.figures"
+local figures = require "glimpse.plot.figures"
 local experiment, eval = glimpse.experiment, glimpse.models.eval
 local copy, Rng = glimpse.data.copy_task, glimpse.data.Rng
 

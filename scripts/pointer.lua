@@ -14,7 +14,7 @@
 -- (exact sequences, hull area coverage, tsp tour length against the optimum).  Writes
 -- metrics.json, run.json, model.safetensors, index.html, instance_K.png, attention_K.png.
 local glimpse = require "glimpse"
-local figures = require "glimpse.figures"
+local figures = require "glimpse.plot.figures"
 local experiment, util = glimpse.experiment, glimpse.util
 local points, Rng, eval = glimpse.data.points, glimpse.data.Rng, glimpse.models.eval
 

@@ -11,8 +11,8 @@
 --   glimpse scripts/reproduce.lua --tables pointer_hull,pointer_tsp --quick
 --
 -- The library under it is glimpse.reproduce (docs/results.md is what it writes).
-local experiment = require "glimpse.experiment"
-local reproduce = require "glimpse.reproduce"
+local experiment = require "glimpse.lab.experiment"
+local reproduce = require "glimpse.lab.reproduce"
 
 local parser = experiment.parser("reproduce", "Run the papers' tables and write the results page.",
                                  {out = "out/reproduce"})

@@ -14,7 +14,7 @@
 -- and writes alignment heatmaps (PNG and one SVG), samples.txt, metrics.json, run.json and
 -- index.html to the output folder it names at the end.
 local glimpse = require "glimpse"
-local figures = require "glimpse.figures"
+local figures = require "glimpse.plot.figures"
 local experiment, att, util = glimpse.experiment, glimpse.attention, glimpse.util
 local tasks, eval = glimpse.data.seq2seq, glimpse.models.eval
 

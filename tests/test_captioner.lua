@@ -4,7 +4,7 @@
 -- BLEU and attention-in-box against hand-computed values, a short training run, bad input.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
-local Captioner = require("glimpse.captioner").Captioner
+local Captioner = require("glimpse.models.captioner").Captioner
 local metrics = require "glimpse.metrics"
 local att = glimpse.attention
 local assert_close = require("tests.helpers").assert_close

@@ -65,7 +65,7 @@ function T.test_stock_lua_finds_the_nn_and_models_packages()
   for _, path in ipairs({DEV_PATH, INSTALLED_PATH}) do
     local ok, out = run_stock([[local rnn = require "glimpse.nn.rnn"
       local g = require "glimpse"
-      local cap = require "glimpse.captioner"
+      local cap = require "glimpse.models.captioner"
       io.write(tostring(rnn.LSTM == g.nn.LSTM), " ", tostring(g.nn.Linear ~= nil), " ",
                tostring(g.models.Captioner == cap.Captioner), " ",
                tostring(g.models.resnet18 ~= nil))]], path)
@@ -74,16 +74,26 @@ function T.test_stock_lua_finds_the_nn_and_models_packages()
   end
 end
 
-function T.test_no_lua_file_shadows_the_c_module_on_an_installed_path()
+function T.test_the_library_init_is_the_module_and_the_c_core_comes_from_glimpse_so()
+  -- require "glimpse" finds glimpse/init.lua on the path; it loads the C core as
+  -- "glimpse.core", which a stock lua5.4 finds as luaopen_glimpse_core inside glimpse.so
   stock_usable()
   local ok, out = run_stock([[
     io.write(tostring(package.searchpath("glimpse", package.path)), " ")
     local g = require "glimpse"
     io.write(type(g.tensor), " ", tostring(package.loaded.glimpse == g), " ",
-             type(g.init.xavier_uniform_), " ", tostring(g.init == require "glimpse.nn_init"))]],
+             tostring(package.loaded["glimpse.core"] == g), " ",
+             type(g.init.xavier_uniform_), " ", tostring(g.init == require "glimpse.nn.weight_init"))]],
     INSTALLED_PATH)
   lu.assertTrue(ok, out)
-  lu.assertEquals(out, "nil function true function true")
+  lu.assertEquals(out, "bindings/glimpse/init.lua function true true function true")
+end
+
+function T.test_old_require_names_give_the_same_modules()
+  lu.assertIs(require "glimpse.train", glimpse.train)
+  lu.assertIs(require "glimpse.optim_base", require "glimpse.optim.base")
+  lu.assertIs(require "glimpse.captioner", glimpse.captioner)
+  lu.assertIs(require "datasets.vocab", glimpse.data.Vocab)
 end
 
 return T

@@ -454,7 +454,7 @@ function T.test_adaptive_avg_pool_is_an_nn_layer()
 end
 
 function T.test_glimpse_init_is_the_initialiser_table()
-  lu.assertIs(glimpse.init, require "glimpse.nn_init")
+  lu.assertIs(glimpse.init, require "glimpse.nn.weight_init")
 end
 
 function T.test_relu_inplace_overwrites_its_input_only_without_a_tape()

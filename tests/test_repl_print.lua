@@ -6,7 +6,7 @@
 local lu = require "luaunit"
 local glimpse = require "glimpse"
 local repl = glimpse.repl
-local help = require "glimpse.repl_help"
+local help = require "glimpse.cli.help"
 
 local T = {}
 

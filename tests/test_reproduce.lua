@@ -6,7 +6,7 @@
 -- short of its step budget is not taken as done; the compare
 -- tables are skipped with a message when glimpse.compare is absent.
 local lu = require "luaunit"
-local reproduce = require "glimpse.reproduce"
+local reproduce = require "glimpse.lab.reproduce"
 local util = require "glimpse.util"
 local H = require "tests.helpers"
 local function exe() return arg and arg[-1] or "build/glimpse" end
@@ -59,12 +59,12 @@ end
 
 function T.test_compare_tables_run_or_say_why_they_are_skipped()
   local r = first_run().rec.luong_local.runs.dates
-  if package.searchpath("glimpse.compare", package.path) then
+  if package.searchpath("glimpse.lab.compare", package.path) then
     lu.assertEquals(r.status, "done", tostring(r.reason))
     lu.assertTrue(#r.rows >= 3)
   else
     lu.assertEquals(r.status, "skipped")
-    lu.assertStrContains(r.reason, "glimpse.compare")
+    lu.assertStrContains(r.reason, "glimpse.lab.compare")
     lu.assertStrContains(H.read_file(first_run().dir .. "/results.md"), "skipped: glimpse.compare")
   end
 end

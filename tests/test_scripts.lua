@@ -8,7 +8,7 @@
 local lu = require "luaunit"
 local glimpse = require "glimpse"
 local planar = require "glimpse.planar"
-local draw = require "glimpse.draw"
+local draw = require "glimpse.plot.draw"
 local points = require "datasets.points"
 local util = glimpse.util
 local H = require "tests.helpers"

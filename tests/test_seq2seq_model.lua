@@ -8,7 +8,7 @@ local models = require "glimpse.models"
 local metrics = require "glimpse.metrics"
 local decode = require "glimpse.decode"
 local tasks = require "datasets.seq2seq_tasks"
-local Vocab = require "datasets.vocab"
+local Vocab = require "glimpse.data.vocab"
 
 local Seq2Seq = models.Seq2Seq
 local T = {}

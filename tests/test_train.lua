@@ -7,7 +7,7 @@ local lu = require "luaunit"
 local glimpse = require "glimpse"
 local train = glimpse.train
 local nn, optim, util = glimpse.nn, glimpse.optim, glimpse.util
-local batches = require "datasets.batches"
+local batches = require "glimpse.data.batches"
 
 local T = {}
 

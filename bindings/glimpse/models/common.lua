@@ -22,7 +22,7 @@ local function make_vocab(cls, v, key, level)
     fail(level + 1, "%s: option '%s' must be a vocabulary (datasets/vocab.lua) or a token list, " ..
                     "got %s (or pass dataset=)", cls, key, type(v))
   end
-  local Vocab = require "datasets.vocab"
+  local Vocab = require "glimpse.data.vocab"
   if v.itos and v.stoi then return v end
   if v[1] == Vocab.SPECIALS[1] then return Vocab.from_list(v) end
   return Vocab.new(v)

@@ -27,7 +27,7 @@
 -- compared on the same weights without shipping hundreds of megabytes of them.
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
-local init = require "glimpse.nn_init"
+local init = require "glimpse.nn.weight_init"
 
 local M = {}
 

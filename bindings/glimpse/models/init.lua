@@ -29,6 +29,6 @@ for name, file in pairs(MODELS) do
 end
 
 M.eval = require "glimpse.models.eval"
-M.caption_eval = require "glimpse.models.caption_eval"
+M.caption_eval = require "glimpse.models.captioner.eval"
 
 return M

@@ -22,7 +22,7 @@
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local att = require "glimpse.attention"
-local Vocab = require "datasets.vocab"
+local Vocab = require "glimpse.data.vocab"
 local C = require "glimpse.models.common"
 
 local M = {}

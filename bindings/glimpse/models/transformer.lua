@@ -17,7 +17,7 @@
 -- memory, averaged over the heads.
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
-local Vocab = require "datasets.vocab"
+local Vocab = require "glimpse.data.vocab"
 local C = require "glimpse.models.common"
 
 local M = {}

@@ -1,6 +1,6 @@
 --- glimpse.nn.conv -- nn.Conv2d, 2-D convolution.
 local glimpse = require "glimpse"
-local init = require "glimpse.nn_init"
+local init = require "glimpse.nn.weight_init"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module

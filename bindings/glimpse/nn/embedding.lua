@@ -1,6 +1,6 @@
 --- glimpse.nn.embedding -- nn.Embedding, a lookup table of learned vectors.
 local glimpse = require "glimpse"
-local init = require "glimpse.nn_init"
+local init = require "glimpse.nn.weight_init"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module

@@ -1,6 +1,6 @@
 --- glimpse.nn.linear -- nn.Linear, the fully connected layer.
 local glimpse = require "glimpse"
-local init = require "glimpse.nn_init"
+local init = require "glimpse.nn.weight_init"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module

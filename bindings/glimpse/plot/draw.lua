@@ -3,7 +3,7 @@
 -- image tensor or a PNG.  Pointer-network tours and hulls, and any other picture of points
 -- and edges, are drawn with it.
 --
---   local draw = require "glimpse.draw"
+--   local draw = require "glimpse.plot.draw"
 --   local c = draw.Canvas(200, 100)                      -- white, (W, H) pixels
 --   c:line(10, 10, 190, 90, {color = {1, 0, 0}, width = 2})
 --   c:disc(100, 50, 4, {color = {0, 0, 1}})

@@ -1,8 +1,8 @@
---- glimpse.repl_help -- `?name` at the REPL: the documentation of a function, class or module.
+--- glimpse.cli.help -- `?name` at the REPL: the documentation of a function, class or module.
 --
 -- Two sources, read on first use and kept:
---   1. the `---` doc comments of the Lua library: every file under the directory this file
---      is loaded from (bindings/glimpse in the source tree, share/lua/5.4/glimpse once
+--   1. the `---` doc comments of the Lua library: every file under the library's folder, the
+--      one above cli/ (bindings/glimpse in the source tree, share/lua/5.4/glimpse once
 --      installed).  A comment block starts at a `---` line; its first line names what it
 --      documents ("nn.LSTM(din, hidden, ...)", "cap:caption(image, opts)"), and the
 --      `function X:y` line under it names it too.
@@ -16,9 +16,10 @@ local MAX_HITS = 6          -- entries printed for one name
 local MAX_SECTION_LINES = 40
 local MAX_SUGGESTIONS = 6
 
+-- the library's folder: the one above cli/, where this file lives
 local function here()
   local src = debug.getinfo(1, "S").source
-  return src:sub(1, 1) == "@" and src:sub(2):match("^(.*)/[^/]*$") or "."
+  return src:sub(1, 1) == "@" and src:sub(2):match("^(.*)/cli/[^/]*$") or "."
 end
 
 local function shell_quote(s)

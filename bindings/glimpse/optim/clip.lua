@@ -7,7 +7,7 @@
 --
 -- The arithmetic is engine/optim.c (one pass over all the gradients taken as one vector).
 local glimpse = require "glimpse"
-local base = require "glimpse.optim_base"
+local base = require "glimpse.optim.base"
 
 local fail = base.fail
 

@@ -3,7 +3,7 @@
 -- CNN's annotation grid, trained with teacher forcing, decoded with beam search, saved as one
 -- self-contained safetensors file.
 --
---   local Captioner = require("glimpse.captioner").Captioner
+--   local Captioner = require("glimpse.models.captioner").Captioner
 --   local cap = Captioner{vocab = ds.vocab, encoder = {name = "small", in_channels = 1},
 --                         attention = "soft", doubly_stochastic = 1}
 --   local loss, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)

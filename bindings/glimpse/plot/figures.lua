@@ -1,7 +1,7 @@
 --- glimpse.figures -- the pictures the experiments write, one function per kind, on top of
 -- glimpse.viz (labelled heatmaps) and glimpse.draw (lines and discs):
 --
---   local figures = require "glimpse.figures"
+--   local figures = require "glimpse.plot.figures"
 --   figures.seq2seq_alignments(dir, ds, items, {title = "reversal additive/soft"})
 --   figures.points(path, "tsp", pts, truth, pred, "optimal", "predicted")
 --   figures.pointer_attention(path, alignment, pred, #pts, "pointer attention")
@@ -9,8 +9,8 @@
 --   figures.weighting(path, extras.write, 1, T, "write weighting")
 --
 -- Each writes a PNG (or SVG when the path ends in .svg) and returns the path.
-local viz = require "glimpse.viz"
-local draw = require "glimpse.draw"
+local viz = require "glimpse.plot.viz"
+local draw = require "glimpse.plot.draw"
 local planar = require "glimpse.planar"
 
 local M = {}

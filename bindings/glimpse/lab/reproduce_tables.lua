@@ -231,7 +231,7 @@ T[#T + 1] = {name = "sat_scenes", title = "Show, Attend and Tell: soft vs hard (
 -- do not depend on --jobs; one worker keeps to one core of the shared machine)
 local function compare_run(id, mechanisms, rows)
   return {id = id, script = "scripts/compare.lua", metrics = "results.json",
-    needs = "glimpse.compare", needs_why = "the compare harness of issue 11 is not merged yet",
+    needs = "glimpse.lab.compare", needs_why = "the compare harness is not in this build",
     steps = {full = 2000, quick = 300, tiny = 2},
     no_eval = "compare keeps each configuration's result in its runs/ folder, not a checkpoint: "
               .. "re-running the command reuses them",

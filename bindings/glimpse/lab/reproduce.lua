@@ -2,7 +2,7 @@
 -- each run of each table one script command on a step budget with a fixed seed, its numbers
 -- read back from the script's metrics.json and set beside the paper's.
 --
---   local reproduce = require "glimpse.reproduce"
+--   local reproduce = require "glimpse.lab.reproduce"
 --   reproduce.run{mode = "quick", out = "out/reproduce", results = "results",
 --                 doc = "docs/results.md"}                 -- `make reproduce QUICK=1`
 --
@@ -15,8 +15,8 @@
 -- script has one.  Modes: "full" (the step budgets of the results page, hours), "quick"
 -- (minutes), "tiny" (seconds: the tests).
 local util = require "glimpse.util"
-local experiment = require "glimpse.experiment"
-local tables = require "glimpse.reproduce_tables"
+local experiment = require "glimpse.lab.experiment"
+local tables = require "glimpse.lab.reproduce_tables"
 
 local M = {}
 M.MODES = {full = true, quick = true, tiny = true}

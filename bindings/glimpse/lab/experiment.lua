@@ -17,7 +17,7 @@
 -- values replace the defaults, and flags given on the command line replace both.
 local glimpse = require "glimpse"
 local util = require "glimpse.util"
-local dist = require "glimpse.dist"
+local dist = require "glimpse.lab.dist"
 
 local M = {}
 
@@ -268,7 +268,7 @@ local function read_file(path)
 end
 
 local function source_commit()
-  local path = package.searchpath("glimpse.experiment", package.path)
+  local path = package.searchpath("glimpse.lab.experiment", package.path)
   local root = path and path:match("^(.*)/bindings/glimpse/experiment%.lua$")
   if not root or not util.is_dir(root .. "/.git") and not util.exists(root .. "/.git") then
     return nil
@@ -483,7 +483,7 @@ end
 --- pictures in images (file names in the output folder).
 function Run:write_report(o)
   if type(o) ~= "table" then fail(2, "run:write_report: expected an options table, got %s", type(o)) end
-  local report = require "glimpse.report"
+  local report = require "glimpse.lab.report"
   local page = report.Page{title = o.title or self.name}
   local function kv(t)
     local keys, rows = {}, {}

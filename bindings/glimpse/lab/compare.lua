@@ -27,12 +27,12 @@ local glimpse = require "glimpse"
 local util = require "glimpse.util"
 local att = require "glimpse.attention"
 local models = require "glimpse.models"
-local report = require "glimpse.report"
-local viz = require "glimpse.viz"
-local train = require "glimpse.train"
-local experiment = require "glimpse.experiment"
+local report = require "glimpse.lab.report"
+local viz = require "glimpse.plot.viz"
+local train = require "glimpse.lab.train"
+local experiment = require "glimpse.lab.experiment"
 local gdata = require "glimpse.data"
-local tasks = require "datasets.compare_tasks"
+local tasks = require("glimpse").data.compare
 
 local M = {}
 
@@ -420,7 +420,7 @@ function M.run_local(configs, dir, o)
   end
   local listfile = os.tmpname()                  -- this process's own: MPI ranks share dir
   util.write_lines(listfile, list)
-  local code = 'require("glimpse.compare").work(os.getenv("GLIMPSE_COMPARE_JOB"))'
+  local code = 'require("glimpse.lab.compare").work(os.getenv("GLIMPSE_COMPARE_JOB"))'
   local inner = 'GLIMPSE_COMPARE_JOB="$1" OPENBLAS_NUM_THREADS=1 ' ..
                 util.shell_quote(executable()) .. " -e " .. util.shell_quote(code) ..
                 ' > "${1%.config.json}.log" 2>&1; echo "$? $1"'

@@ -14,7 +14,7 @@
 -- down or scrolls inside its own box, so nothing runs off a 1280 px window.  Picture paths
 -- are written as given: make them relative to the page's folder.
 local util = require "glimpse.util"
-local dist = require "glimpse.dist"
+local dist = require "glimpse.lab.dist"
 
 local M = {}
 

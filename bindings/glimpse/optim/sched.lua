@@ -10,7 +10,7 @@
 -- doubles.  Construction sets epoch 0 (the lr the first opt:step() uses); sched:step() after
 -- opt:step() moves to the next.  The values agree with PyTorch 1.13's schedulers of the same
 -- names (which compute them recursively) to float rounding.
-local optim_base = require "glimpse.optim_base"
+local optim_base = require "glimpse.optim.base"
 
 local fail, copy, REQUIRED = optim_base.fail, optim_base.copy, optim_base.REQUIRED
 local to_json, from_json, as_int = optim_base.to_json, optim_base.from_json, optim_base.as_int

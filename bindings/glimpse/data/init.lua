@@ -15,34 +15,64 @@ local glimpse = require "glimpse"
 
 local M = {}
 
--- The dataset modules are required as "datasets.<name>".  In the source tree the repo root is
--- on package.path; an installed glimpse keeps them in <lua dir>/glimpse/datasets/, so add
--- this file's folder as a root when "datasets" cannot be found otherwise.
-if not package.searchpath("datasets.rng", package.path) then
-  local here = package.searchpath("glimpse.data", package.path)
-  local dir = here and here:match("^(.*)[/\\]data%.lua$")
-  if dir then package.path = package.path .. ";" .. dir .. "/?.lua" end
-end
+-- The library's own data pieces: vocabularies, seeded generators, batching.
+local LIBRARY = {Vocab = "glimpse.data.vocab", Rng = "glimpse.data.rng",
+                 batches = "glimpse.data.batches"}
 
-local modules = {
-  fashion_mnist = "datasets.fashion_mnist",
-  seq2seq = "datasets.seq2seq_tasks",
-  compare = "datasets.compare_tasks",
-  points = "datasets.points",
-  copy_task = "datasets.copy_task",
-  captions = "datasets.captions",
-  caption_sources = "datasets.caption_sources",
-  scenes = "datasets.scenes",
-  shapes = "datasets.shapes",
-  batches = "datasets.batches",
-  Vocab = "datasets.vocab",
-  Rng = "datasets.rng",
+-- The dataset registry: name -> the module of datasets/ that makes it.  The library reaches a
+-- dataset only through here, by name (datasets/ depends on the library, never the reverse).
+-- In the source tree datasets/ sits on the path as "datasets.<file>"; `make install` puts it
+-- under the library as "glimpse.datasets.<file>".
+local DATASETS = {
+  fashion_mnist = "fashion_mnist", seq2seq = "seq2seq_tasks", compare = "compare_tasks",
+  points = "points", copy_task = "copy_task", captions = "captions",
+  caption_sources = "caption_sources", scenes = "scenes", shapes = "shapes",
+  scene_text = "scene_text",
 }
 
+local function load_dataset(file)
+  for _, prefix in ipairs({"datasets.", "glimpse.datasets."}) do
+    if package.loaded[prefix .. file] or package.searchpath(prefix .. file, package.path) then
+      return require(prefix .. file)
+    end
+  end
+  error("glimpse.data: the dataset module '" .. file .. "' is not on package.path (datasets/"
+        .. file .. ".lua; the glimpse executable and `make install` put it there)", 3)
+end
+
+--- data.register(name, dataset) makes a dataset of one's own reachable as glimpse.data[name]
+--- (a table: a module of generators or a dataset).  A shipped name cannot be replaced.
+function M.register(name, dataset)
+  if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+    error("data.register: name must be an identifier string, got " .. tostring(name), 2)
+  end
+  if type(dataset) ~= "table" then
+    error("data.register: dataset must be a table, got " .. type(dataset), 2)
+  end
+  if LIBRARY[name] or DATASETS[name] or rawget(M, name) ~= nil then
+    error("data.register: '" .. name .. "' is already a name of glimpse.data", 2)
+  end
+  rawset(M, name, dataset)
+  return dataset
+end
+
+--- data.names() -> the sorted names of the shipped datasets
+function M.names()
+  local out = {}
+  for k in pairs(DATASETS) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
 setmetatable(M, {__index = function(t, k)
-  local name = modules[k]
-  if not name then return nil end
-  local m = require(name)
+  local m
+  if LIBRARY[k] then
+    m = require(LIBRARY[k])
+  elseif DATASETS[k] then
+    m = load_dataset(DATASETS[k])
+  else
+    return nil
+  end
   rawset(t, k, m)
   return m
 end})

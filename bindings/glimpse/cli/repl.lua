@@ -192,7 +192,7 @@ end
 -- ---------------------------------------------------------------------------------------
 -- help: `?name` (glimpse.repl_help, read here so one module is the REPL's)
 
-local help = require "glimpse.repl_help"
+local help = require "glimpse.cli.help"
 M.help, M.doc, M.lookup, M.reset = help.help, help.doc, help.lookup, help.reset
 
 return M

@@ -27,7 +27,7 @@
 -- errors, copies, exact JSON, option checks, the class factory).  Every public name is
 -- glimpse.optim's.
 local glimpse = require "glimpse"
-local base = require "glimpse.optim_base"
+local base = require "glimpse.optim.base"
 
 local fail, copy, REQUIRED = base.fail, base.copy, base.REQUIRED
 local to_json, from_json, as_int = base.to_json, base.from_json, base.as_int
@@ -550,7 +550,7 @@ end
 -- ---------------------------------------------------------------------------------------
 -- the other parts: schedules and clipping
 
-for _, part in ipairs {"glimpse.optim_sched", "glimpse.optim_clip"} do
+for _, part in ipairs {"glimpse.optim.sched", "glimpse.optim.clip"} do
   for k, v in pairs(require(part)) do
     assert(M[k] == nil, "glimpse.optim: two parts define " .. k)
     M[k] = v

@@ -23,7 +23,7 @@
 -- interrupted = true.  (A second Ctrl-C ends the process, as the executable arranges.)
 local glimpse = require "glimpse"
 local optim = require "glimpse.optim"
-local progress = require "glimpse.progress"
+local progress = require "glimpse.lab.progress"
 local util = require "glimpse.util"
 local gdata = require "glimpse.data"    -- finds datasets/ in the source tree and installed
 local batches, Rng = gdata.batches, gdata.Rng
@@ -164,7 +164,7 @@ function M.Trainer(o)
     self.generate = data
     self.rng = o.rng or Rng.new(self.seed, "train.data")
     if type(self.rng) ~= "table" or type(self.rng.state) ~= "number" then
-      fail("Trainer: option 'rng' must be a datasets.rng generator")
+      fail("Trainer: option 'rng' must be a glimpse.data.Rng generator")
     end
   elseif type(data) == "table" and type(data.collate) == "function" then
     self.dataset = data
@@ -319,7 +319,7 @@ end
 -- examples.  Rank 0 alone prints, logs and writes checkpoints.
 
 function Trainer:_distribute()
-  local dist = require "glimpse.dist"
+  local dist = require "glimpse.lab.dist"
   self.rank, self.world = dist.init()
   if self.world == 1 then return end           -- one rank: the plain loop, bit for bit
   if self.generate then                        -- level 3: the caller of Trainer{...}
