@@ -13,7 +13,7 @@
 --
 -- An entry: {name, type, default, range = {lo, hi}, choices = list or function() -> list,
 -- required = true, help = "...", flag = "--att" (the script flag, default --name-with-dashes),
--- aliases = {"old_name"}}.  Types: "int", "number", "boolean", "string", "table",
+-- aliases = {"old_name"}, finite = true (a number: no infinity)}.  Types: "int", "number", "boolean", "string", "table",
 -- "function", "tensor", "any", or several joined by "|" ("int|table").
 local check = require "glimpse.check"
 
@@ -50,7 +50,7 @@ function M.declare(owner, entries)
     end
     local entry = {name = name, type = ty, default = e[3], range = e.range, choices = e.choices,
                    required = e.required, help = e.help or "", flag = e.flag,
-                   aliases = e.aliases}
+                   aliases = e.aliases, finite = e.finite}
     spec.entries[#spec.entries + 1] = entry
     spec.by_name[name] = entry
     spec.names[#spec.names + 1] = name
@@ -64,7 +64,8 @@ function Spec:extend(owner, entries)
   local all = {}
   for _, e in ipairs(self.entries) do
     all[#all + 1] = {e.name, e.type, e.default, range = e.range, choices = e.choices,
-                     required = e.required, help = e.help, flag = e.flag, aliases = e.aliases}
+                     required = e.required, help = e.help, flag = e.flag, aliases = e.aliases,
+                     finite = e.finite}
   end
   for _, e in ipairs(entries or {}) do all[#all + 1] = e end
   return M.declare(owner, all)
@@ -86,9 +87,10 @@ local function describe(e)
         or lo and hi and string.format("an integer in [%d, %d]", lo, hi)
         or lo and string.format("an integer >= %d", lo) or "an integer"
     elseif t == "number" then
-      parts[#parts + 1] = lo and hi and string.format("a number in [%g, %g]", lo, hi)
-        or lo and string.format("a number >= %g", lo)
-        or hi and string.format("a number <= %g", hi) or "a number"
+      local n = e.finite and "a finite number" or "a number"
+      parts[#parts + 1] = lo and hi and string.format("%s in [%g, %g]", n, lo, hi)
+        or lo and string.format("%s >= %g", n, lo)
+        or hi and string.format("%s <= %g", n, hi) or n
     elseif t == "boolean" then
       parts[#parts + 1] = "a boolean (true or false)"
     elseif t == "string" and choices_of(e) then
@@ -108,6 +110,7 @@ local function fits(e, t, v)
     if math.type(v) ~= "integer" then return false end
   elseif t == "number" then
     if type(v) ~= "number" or v ~= v then return false end
+    if e.finite and (v == math.huge or v == -math.huge) then return false end
   elseif type(v) ~= t then
     return false
   end
@@ -131,10 +134,14 @@ function Spec:check_value(name, v, level)
   for t in e.type:gmatch("[^|]+") do
     if fits(e, t, v) then return v end
   end
-  local hint = ""
-  if type(v) == "string" and choices_of(e) then hint = check.did_you_mean(v, choices_of(e)) end
-  check.fail((level or 1) + 1, "%s: option '%s' must be %s, got %s%s", self.owner, e.name,
-             describe(e), check.value(v), hint)
+  local c = choices_of(e)
+  if type(v) == "string" and c and e.type == "string" then   -- "unknown score 'foo' (one of ...)"
+    check.fail((level or 1) + 1, "%s: unknown %s '%s' (%sone of %s)", self.owner, e.name, v,
+               check.nearest(v, c) and string.format("did you mean '%s'? ", check.nearest(v, c))
+               or "", table.concat(c, ", "))
+  end
+  check.fail((level or 1) + 1, "%s: option '%s' must be %s, got %s", self.owner, e.name,
+             describe(e), check.value(v))
 end
 
 -- an option o holds that the spec does not know: an error naming the nearest real one

@@ -3,18 +3,13 @@
 -- the state_dict, with the configuration and the vocabularies as JSON in the metadata, so
 -- that Model.load needs nothing else).  Internal to glimpse.models; no model is required here.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 
 local M = {}
 
-local function fail(level, fmt, ...)
-  error(string.format(fmt, ...), level + 1)
-end
-M.fail = fail
-
--- the message of a caught error without its "file:line: " prefix
-function M.strip(err)
-  return (tostring(err):gsub("^[^:]*:%d+: ", ""))
-end
+local fail = check.fail
+M.fail, M.strip = check.fail, check.strip
 
 -- a Vocab, a full id list (specials first, as vocab:totable() gives) or a token list
 local function make_vocab(cls, v, key, level)
@@ -38,76 +33,6 @@ function M.vocabs(cls, o, level)
   end
   return make_vocab(cls, o.src_vocab or (ds and ds.src_vocab), "src_vocab", level + 1),
          make_vocab(cls, o.tgt_vocab or (ds and ds.tgt_vocab), "tgt_vocab", level + 1), ds
-end
-
---- checks.positive_int(cls, o, key, default, level) -> o[key] (a positive integer) or default
-function M.positive_int(cls, o, key, default, level)
-  local v = o[key]
-  if v == nil then return default end
-  if math.type(v) ~= "integer" or v < 1 then
-    fail(level + 1, "%s: option '%s' must be a positive integer, got %s", cls, key, tostring(v))
-  end
-  return v
-end
-
---- checks.nonneg_int(cls, o, key, default, level) -> an integer >= 0
-function M.nonneg_int(cls, o, key, default, level)
-  local v = o[key]
-  if v == nil then return default end
-  if math.type(v) ~= "integer" or v < 0 then
-    fail(level + 1, "%s: option '%s' must be an integer >= 0, got %s", cls, key, tostring(v))
-  end
-  return v
-end
-
---- checks.number_in(cls, o, key, default, lo, hi, level) -> a number in [lo, hi]
-function M.number_in(cls, o, key, default, lo, hi, level)
-  local v = o[key]
-  if v == nil then return default end
-  if type(v) ~= "number" or v ~= v or v < lo or v > hi then
-    fail(level + 1, "%s: option '%s' must be a number in [%g, %g], got %s", cls, key, lo, hi,
-         tostring(v))
-  end
-  return v
-end
-
---- checks.one_of(cls, o, key, default, list, what, level) -> o[key] when it is in list
-function M.one_of(cls, o, key, default, list, what, level)
-  local v = o[key]
-  if v == nil then v = default end
-  for _, x in ipairs(list) do if x == v then return v end end
-  fail(level + 1, "%s: unknown %s '%s' (one of %s)", cls, what or key, tostring(v),
-       table.concat(list, ", "))
-end
-
---- checks.bool(o, key, default) -> boolean
-function M.bool(o, key, default)
-  local v = o[key]
-  if v == nil then return default end
-  return v and true or false
-end
-
---- checks.known_keys(cls, o, allowed, level): a misspelt option is an error, not ignored
-function M.known_keys(cls, o, allowed, level)
-  local ok = {}
-  for _, k in ipairs(allowed) do ok[k] = true end
-  for k in pairs(o) do
-    if not ok[k] then
-      local names = {}
-      for _, a in ipairs(allowed) do names[#names + 1] = a end
-      table.sort(names)
-      fail(level + 1, "%s: unknown option '%s' (options: %s)", cls, tostring(k),
-           table.concat(names, ", "))
-    end
-  end
-end
-
--- JSON numbers come back as floats: integral ones become integers again (sizes, ids)
-local function integers(v)
-  if type(v) == "number" then return math.tointeger(v) or v end
-  if type(v) ~= "table" then return v end
-  for k, x in pairs(v) do v[k] = integers(x) end
-  return v
 end
 
 --- common.save(model, path, format, extra_meta, user_meta, fname) -> path.
@@ -150,7 +75,7 @@ function M.load(path, format, keys, fname)
   local out = {}
   for _, k in ipairs(keys) do
     if meta[k] == nil then fail(3, "%s: %s has no '%s' in its metadata", fname, path, k) end
-    local v = integers(util.json_decode(meta[k]))
+    local v = check.integers(util.json_decode(meta[k]))
     if type(v) == "table" then
       for kk, x in pairs(v) do if x == null then v[kk] = nil end end
     end
@@ -167,14 +92,20 @@ function M.load_weights(model, sd, path, fname)
   return model
 end
 
---- common.decode_options(fname, opts, level) -> opts (a table), beam (a positive integer,
---- default 1): the checked options of a model's :decode
-function M.decode_options(fname, opts, level)
-  if opts ~= nil and type(opts) ~= "table" then
-    fail(level + 1, "%s: opts must be a table {beam=, max_len=}, got %s", fname, type(opts))
-  end
-  opts = opts or {}
-  return opts, M.positive_int(fname, opts, "beam", 1, level + 1)
+-- the options a model's :decode may take, declared once; each model picks its own
+local DECODE = {
+  beam = {"beam", "int", 1, range = {1}, help = "beam width (1: greedy decoding)"},
+  max_len = {"max_len", "int", nil, range = {1}, help = "most output steps (default: the model's)"},
+  length_penalty = {"length_penalty", "number", nil,
+                    help = "beam search's length normalisation alpha (default: the model's)"},
+}
+
+--- common.decode_spec(fname, names) -> the glimpse.options spec of a model's :decode options
+--- (names: a list of "beam", "max_len", "length_penalty")
+function M.decode_spec(fname, names)
+  local entries = {}
+  for i, n in ipairs(names) do entries[i] = DECODE[n] end
+  return options.declare(fname, entries)
 end
 
 --- common.decode(model, make_state, step, o) -> outputs, extras: glimpse.decode over the

@@ -21,6 +21,7 @@ local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local att = require "glimpse.attention"
 local C = require "glimpse.models.common"
+local options = require "glimpse.options"
 
 local ntm = att.ntm
 
@@ -30,9 +31,19 @@ local CLS = "NTM"
 local FORMAT = "glimpse.ntm"
 local SHIFTS = 3
 
-local OPTIONS = {"model", "bits", "channels", "memory", "width", "hidden", "layers"}
+local OPTIONS = options.declare(CLS, {
+  {"model", "string", "ntm", choices = {"ntm", "lstm"}, help = "ntm (memory-augmented) | lstm (the baseline)"},
+  {"bits", "int", 8, range = {1}, help = "bits per vector"},
+  {"channels", "int", nil, range = {1}, help = "input width (default bits + 1: the delimiter)"},
+  {"memory", "int", 128, range = {1}, help = "ntm: memory slots N"},
+  {"width", "int", 20, range = {1}, help = "ntm: numbers per slot M"},
+  {"hidden", "int", nil, range = {1}, help = "controller (ntm, default 100) or LSTM layer size (lstm, default 256)"},
+  {"layers", "int", 3, range = {1}, help = "lstm: layers"},
+})
 
 local NTM = nn.Module:extend("NTM")
+NTM.options = OPTIONS
+local DECODE = C.decode_spec("NTM:decode", {"beam", "max_len"})
 M.NTM = NTM
 
 --- NTM{model="ntm", bits=8, channels=bits+1, memory=128, width=20, hidden=100 (ntm) | 256
@@ -41,19 +52,10 @@ M.NTM = NTM
 -- for the delimiter; bits + 2 with copy_task's start_marker).  memory, width: N slots of M
 -- numbers (ntm).  hidden: the controller's (ntm) or each LSTM layer's (lstm) size.
 function NTM:init(o)
-  o = o or {}
-  if type(o) ~= "table" then C.fail(3, "%s: expected an options table, got %s", CLS, type(o)) end
-  C.known_keys(CLS, o, OPTIONS, 3)
-  local kind = C.one_of(CLS, o, "model", "ntm", {"ntm", "lstm"}, "model", 3)
-  local bits = C.positive_int(CLS, o, "bits", 8, 3)
-  local c = {
-    model = kind, bits = bits,
-    channels = C.positive_int(CLS, o, "channels", bits + 1, 3),
-    memory = C.positive_int(CLS, o, "memory", 128, 3),
-    width = C.positive_int(CLS, o, "width", 20, 3),
-    hidden = C.positive_int(CLS, o, "hidden", kind == "ntm" and 100 or 256, 3),
-    layers = C.positive_int(CLS, o, "layers", 3, 3),
-  }
+  local c = OPTIONS:check(o, 3)
+  local kind, bits = c.model, c.bits
+  c.channels = c.channels or bits + 1
+  c.hidden = c.hidden or (kind == "ntm" and 100 or 256)
   rawset(self, "config", c)
   if kind == "ntm" then
     self.controller = nn.LSTMCell(c.channels + c.width, c.hidden)
@@ -174,9 +176,7 @@ end
 -- nothing to search, so beam must be 1.  Evaluation mode, no tape.
 function NTM:decode(b, opts)
   check_batch(b, "NTM:decode", self.config, 2)
-  opts = opts or {}
-  if type(opts) ~= "table" then C.fail(2, "NTM:decode: opts must be a table, got %s", type(opts)) end
-  local beam = C.positive_int("NTM:decode", opts, "beam", 1, 2)
+  local beam = DECODE:check(opts, 2).beam
   if beam ~= 1 then
     C.fail(2, "NTM:decode: opts.beam must be 1 (each output bit is thresholded on its own), got %d",
            beam)

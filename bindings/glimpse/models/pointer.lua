@@ -19,6 +19,7 @@
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local C = require "glimpse.models.common"
+local options = require "glimpse.options"
 
 local M = {}
 
@@ -26,9 +27,19 @@ local CLS = "PointerNet"
 local FORMAT = "glimpse.pointer"
 local END = 1                      -- pointer position 1: the end slot (and the go input)
 
-local OPTIONS = {"task", "emb", "hidden", "attn_hidden", "glimpses", "init", "logit_clip"}
+local OPTIONS = options.declare(CLS, {
+  {"task", "string", "sort", choices = {"sort", "hull", "tsp"}, help = "the problem (when the end slot opens)"},
+  {"emb", "int", 128, range = {1}, help = "embedding size of a point"},
+  {"hidden", "int", 128, range = {1}, help = "LSTM size"},
+  {"attn_hidden", "int", nil, range = {1}, help = "pointer (and glimpse) hidden size (default: hidden)"},
+  {"glimpses", "int", 0, range = {0}, help = "glimpses over the inputs before pointing (Bello et al.)"},
+  {"init", "string", "default", choices = {"default", "paper"}, help = "paper: every parameter uniform in [-0.08, 0.08]"},
+  {"logit_clip", "number", 0, range = {0}, finite = true, help = "C > 0: scores become C tanh(u) (0: off)"},
+})
 
 local PointerNet = nn.Module:extend("PointerNet")
+PointerNet.options = OPTIONS
+local DECODE = C.decode_spec("PointerNet:decode", {"beam", "max_len"})
 M.PointerNet = PointerNet
 
 --- PointerNet{task="sort", emb=128, hidden=128, attn_hidden=hidden, glimpses=0,
@@ -40,21 +51,8 @@ function PointerNet:init(o)
   if type(o) ~= "table" then
     C.fail(3, "%s: expected an options table {task=, emb=, hidden=, ...}, got %s", CLS, type(o))
   end
-  C.known_keys(CLS, o, OPTIONS, 3)
-  local c = {
-    task = C.one_of(CLS, o, "task", "sort", {"sort", "hull", "tsp"}, "task", 3),
-    emb = C.positive_int(CLS, o, "emb", 128, 3),
-    hidden = C.positive_int(CLS, o, "hidden", 128, 3),
-    glimpses = C.nonneg_int(CLS, o, "glimpses", 0, 3),
-    init = C.one_of(CLS, o, "init", "default", {"default", "paper"}, "init", 3),
-    logit_clip = o.logit_clip or 0,
-  }
-  if type(c.logit_clip) ~= "number" or c.logit_clip < 0 or c.logit_clip ~= c.logit_clip
-     or c.logit_clip == math.huge then
-    C.fail(3, "%s: option 'logit_clip' must be a finite number >= 0 (0: off), got %s", CLS,
-           tostring(o.logit_clip))
-  end
-  c.attn_hidden = C.positive_int(CLS, o, "attn_hidden", c.hidden, 3)
+  local c = OPTIONS:check(o, 3)
+  c.attn_hidden = c.attn_hidden or c.hidden
   rawset(self, "config", c)
   rawset(self, "E", c.emb)
   rawset(self, "H", c.hidden)
@@ -234,9 +232,8 @@ end
 -- search, both limited to valid outputs.  Evaluation mode, no tape.
 function PointerNet:decode(b, opts)
   check_batch(b, "PointerNet:decode", false, 2)
-  local beam
-  opts, beam = C.decode_options("PointerNet:decode", opts, 2)
-  local max_len = C.positive_int("PointerNet:decode", opts, "max_len", b.points.shape[2] + 1, 2)
+  local o = DECODE:check(opts, 2)
+  local beam, max_len = o.beam, o.max_len or b.points.shape[2] + 1
   local seqs, ex = C.decode(self, function() return self:_decode_state(b) end,
                             function(y, s, t) return self:_decode_step(y, s, t) end,
                             {start = END, stop = END, max_len = max_len, beam = beam})

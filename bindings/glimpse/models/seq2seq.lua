@@ -24,19 +24,48 @@ local nn = require "glimpse.nn"
 local att = require "glimpse.attention"
 local Vocab = require "glimpse.data.vocab"
 local C = require "glimpse.models.common"
+local options = require "glimpse.options"
 
 local M = {}
 
 local CLS = "Seq2Seq"
 local FORMAT = "glimpse.seq2seq"
 
-local OPTIONS = {"dataset", "src_vocab", "tgt_vocab", "task", "emb", "hidden", "attn_hidden",
-                 "rnn", "bidirectional", "layers", "input_feeding", "score", "mode", "window",
-                 "temperature", "normaliser", "soft_prob", "entropy", "baseline_decay", "ds",
-                 "coverage", "coverage_penalty", "max_src", "hard_eval", "filters", "kernel",
-                 "length_penalty", "attention", "supervise"}
+local OPTIONS = options.declare(CLS, {
+  {"dataset", "table", nil, help = "a seq2seq dataset: its src_vocab, tgt_vocab and task"},
+  {"src_vocab", "table", nil, help = "source vocabulary (a Vocab, id list or token list)"},
+  {"tgt_vocab", "table", nil, help = "target vocabulary (a Vocab, id list or token list)"},
+  {"task", "string", nil, help = "the task's name (kept in the checkpoint)"},
+  {"emb", "int", 32, range = {1}, help = "embedding size"},
+  {"hidden", "int", 128, range = {1}, help = "decoder size (a bidirectional encoder: hidden/2 per direction)"},
+  {"attn_hidden", "int", 64, range = {1}, help = "attention hidden size"},
+  {"rnn", "string", "lstm", choices = {"lstm", "gru"}, help = "recurrent cell of encoder and decoder"},
+  {"bidirectional", "boolean", true, help = "bidirectional encoder"},
+  {"layers", "int", 1, range = {1}, help = "encoder layers"},
+  {"input_feeding", "boolean", true, help = "feed h~_{t-1} into the decoder (Luong et al.)"},
+  {"score", "string", "additive", choices = function() return att.SCORES end, help = "attention score"},
+  {"mode", "string", "soft", choices = function() return att.MODES end, help = "attention mode"},
+  {"window", "int", 3, range = {1}, help = "local attention: half window D"},
+  {"temperature", "number", 1, range = {1e-6}, help = "softmax temperature of the scores"},
+  {"normaliser", "string", "softmax", choices = {"softmax", "sigmoid"}, help = "score normaliser"},
+  {"soft_prob", "number", 0.5, range = {0, 1}, help = "hard: probability of the expected context"},
+  {"entropy", "number", 0.01, range = {0}, help = "hard: entropy bonus"},
+  {"baseline_decay", "number", 0.9, range = {0, 0.999999}, help = "hard: moving-average baseline decay"},
+  {"ds", "number", 0, range = {0}, help = "doubly stochastic penalty"},
+  {"coverage", "boolean", false, help = "coverage features in the score (See et al. 2017)"},
+  {"coverage_penalty", "number", 0, range = {0}, help = "coverage penalty weight"},
+  {"max_src", "int", 42, range = {1}, help = "most source positions (the location score's size)"},
+  {"hard_eval", "string", "argmax", choices = {"argmax", "sample", "soft"}, help = "hard: what test time reads"},
+  {"filters", "int", 8, range = {1}, help = "location-aware: convolution filters"},
+  {"kernel", "int", 7, range = {1}, help = "location-aware: convolution width (odd)"},
+  {"length_penalty", "number", 0, help = "beam search length normalisation alpha"},
+  {"attention", "boolean", true, help = "false: no attention (the RNNenc baseline)"},
+  {"supervise", "number", 0, range = {0}, help = "weight of supervised attention on batches with align"},
+})
 
 local Seq2Seq = nn.Module:extend("Seq2Seq")
+Seq2Seq.options = OPTIONS
+local DECODE = C.decode_spec("Seq2Seq:decode", {"beam", "max_len", "length_penalty"})
 M.Seq2Seq = Seq2Seq
 
 --- Seq2Seq{dataset= | src_vocab=, tgt_vocab=, emb=32, hidden=128, attn_hidden=64, rnn="lstm",
@@ -57,36 +86,10 @@ function Seq2Seq:init(o)
   if type(o) ~= "table" then
     C.fail(3, "%s: expected an options table {dataset=, score=, mode=, ...}, got %s", CLS, type(o))
   end
-  C.known_keys(CLS, o, OPTIONS, 3)
-  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, o, 3)
-  local c = {
-    task = o.task or (ds and ds.task) or nil,
-    emb = C.positive_int(CLS, o, "emb", 32, 3),
-    hidden = C.positive_int(CLS, o, "hidden", 128, 3),
-    attn_hidden = C.positive_int(CLS, o, "attn_hidden", 64, 3),
-    rnn = C.one_of(CLS, o, "rnn", "lstm", {"lstm", "gru"}, "rnn", 3),
-    bidirectional = C.bool(o, "bidirectional", true),
-    layers = C.positive_int(CLS, o, "layers", 1, 3),
-    input_feeding = C.bool(o, "input_feeding", true),
-    score = C.one_of(CLS, o, "score", "additive", att.SCORES, "score", 3),
-    mode = C.one_of(CLS, o, "mode", "soft", att.MODES, "mode", 3),
-    window = C.positive_int(CLS, o, "window", 3, 3),
-    temperature = C.number_in(CLS, o, "temperature", 1, 1e-6, math.huge, 3),
-    normaliser = C.one_of(CLS, o, "normaliser", "softmax", {"softmax", "sigmoid"}, "normaliser", 3),
-    soft_prob = C.number_in(CLS, o, "soft_prob", 0.5, 0, 1, 3),
-    entropy = C.number_in(CLS, o, "entropy", 0.01, 0, math.huge, 3),
-    baseline_decay = C.number_in(CLS, o, "baseline_decay", 0.9, 0, 0.999999, 3),
-    ds = C.number_in(CLS, o, "ds", 0, 0, math.huge, 3),
-    coverage = C.bool(o, "coverage", false),
-    coverage_penalty = C.number_in(CLS, o, "coverage_penalty", 0, 0, math.huge, 3),
-    max_src = C.positive_int(CLS, o, "max_src", 42, 3),
-    hard_eval = C.one_of(CLS, o, "hard_eval", "argmax", {"argmax", "sample", "soft"}, "hard_eval", 3),
-    filters = C.positive_int(CLS, o, "filters", 8, 3),
-    kernel = C.positive_int(CLS, o, "kernel", 7, 3),
-    length_penalty = C.number_in(CLS, o, "length_penalty", 0, -math.huge, math.huge, 3),
-    attention = C.bool(o, "attention", true),
-    supervise = C.number_in(CLS, o, "supervise", 0, 0, math.huge, 3),
-  }
+  local c = OPTIONS:check(o, 3)
+  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, c, 3)
+  c.task = c.task or (ds and ds.task) or nil
+  c.dataset, c.src_vocab, c.tgt_vocab = nil, nil, nil   -- the config keeps sizes, not data
   if c.bidirectional and c.hidden % 2 ~= 0 then
     C.fail(3, "%s: a bidirectional encoder needs an even hidden size (hidden/2 per direction), " ..
               "got %d", CLS, c.hidden)
@@ -309,12 +312,11 @@ end
 -- without a tape.
 function Seq2Seq:decode(b, opts)
   check_batch(b, "Seq2Seq:decode", false, 2)
-  local beam
-  opts, beam = C.decode_options("Seq2Seq:decode", opts, 2)
-  local default_len = glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5
-  local max_len = C.positive_int("Seq2Seq:decode", opts, "max_len", default_len, 2)
-  local lp = C.number_in("Seq2Seq:decode", opts, "length_penalty", self.config.length_penalty,
-                         -math.huge, math.huge, 2)
+  local o = DECODE:check(opts, 2)
+  local beam = o.beam
+  local max_len = o.max_len or
+    (glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5)
+  local lp = o.length_penalty or self.config.length_penalty
   return C.decode(self, function() return self:_decode_state(b) end,
                   function(y, s) return self:_decode_step(y, s) end,
                   {max_len = max_len, start = Vocab.START, stop = Vocab.END, beam = beam,

@@ -19,15 +19,30 @@ local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local Vocab = require "glimpse.data.vocab"
 local C = require "glimpse.models.common"
+local options = require "glimpse.options"
 
 local M = {}
 
 local CLS = "Transformer"
 local FORMAT = "glimpse.transformer"
-local OPTIONS = {"dataset", "src_vocab", "tgt_vocab", "task", "d", "heads", "layers", "ff",
-                 "dropout", "positions", "max_len", "norm_first"}
+local OPTIONS = options.declare(CLS, {
+  {"dataset", "table", nil, help = "a seq2seq dataset: its src_vocab, tgt_vocab and task"},
+  {"src_vocab", "table", nil, help = "source vocabulary (a Vocab, id list or token list)"},
+  {"tgt_vocab", "table", nil, help = "target vocabulary (a Vocab, id list or token list)"},
+  {"task", "string", nil, help = "the task's name (kept in the checkpoint)"},
+  {"d", "int", 64, range = {1}, help = "model width (a multiple of heads)"},
+  {"heads", "int", 4, range = {1}, help = "attention heads"},
+  {"layers", "int", 2, range = {1}, help = "encoder and decoder layers each"},
+  {"ff", "int", 128, range = {1}, help = "feed-forward width"},
+  {"dropout", "number", 0, range = {0, 0.99}, help = "dropout"},
+  {"positions", "string", "sinusoidal", choices = {"sinusoidal", "learned"}, help = "position encoding"},
+  {"max_len", "int", 256, range = {1}, help = "longest source or target (+1)"},
+  {"norm_first", "boolean", false, help = "pre-norm layers"},
+})
 
 local Transformer = nn.Module:extend("Transformer")
+Transformer.options = OPTIONS
+local DECODE = C.decode_spec("Transformer:decode", {"beam", "max_len"})
 M.Transformer = Transformer
 
 --- Transformer{dataset= | src_vocab=, tgt_vocab=, d=64, heads=4, layers=2, ff=128,
@@ -38,20 +53,10 @@ function Transformer:init(o)
   if type(o) ~= "table" then
     C.fail(3, "%s: expected an options table {dataset=, d=, heads=, ...}, got %s", CLS, type(o))
   end
-  C.known_keys(CLS, o, OPTIONS, 3)
-  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, o, 3)
-  local c = {
-    task = o.task or (ds and ds.task) or nil,
-    d = C.positive_int(CLS, o, "d", 64, 3),
-    heads = C.positive_int(CLS, o, "heads", 4, 3),
-    layers = C.positive_int(CLS, o, "layers", 2, 3),
-    ff = C.positive_int(CLS, o, "ff", 128, 3),
-    dropout = C.number_in(CLS, o, "dropout", 0, 0, 0.99, 3),
-    positions = C.one_of(CLS, o, "positions", "sinusoidal", {"sinusoidal", "learned"},
-                         "positions", 3),
-    max_len = C.positive_int(CLS, o, "max_len", 256, 3),
-    norm_first = C.bool(o, "norm_first", false),
-  }
+  local c = OPTIONS:check(o, 3)
+  local src_vocab, tgt_vocab, ds = C.vocabs(CLS, c, 3)
+  c.task = c.task or (ds and ds.task) or nil
+  c.dataset, c.src_vocab, c.tgt_vocab = nil, nil, nil   -- the config keeps sizes, not data
   if c.d % c.heads ~= 0 then
     C.fail(3, "%s: d = %d is not a multiple of heads = %d", CLS, c.d, c.heads)
   end
@@ -158,12 +163,11 @@ end
 --- Only beam = 1.
 function Transformer:decode(b, opts)
   check_batch(b, "Transformer:decode", false, 2)
-  opts = opts or {}
-  if type(opts) ~= "table" then C.fail(2, "Transformer:decode: opts must be a table") end
-  local beam = C.positive_int("Transformer:decode", opts, "beam", 1, 2)
+  local o = DECODE:check(opts, 2)
+  local beam = o.beam
   if beam ~= 1 then C.fail(2, "Transformer:decode: only greedy decoding (beam = 1), got %d", beam) end
-  local default_len = glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5
-  local max_len = C.positive_int("Transformer:decode", opts, "max_len", default_len, 2)
+  local max_len = o.max_len or
+    (glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5)
   max_len = math.min(max_len, self.config.max_len)
   local was_training = self.training
   self:evaluate()
