@@ -169,7 +169,8 @@ end
 function Spec:check(o, level)
   level = (level or 1) + 1
   if o ~= nil and type(o) ~= "table" then
-    check.fail(level, "%s: options must be a table, got %s", self.owner, type(o))
+    check.fail(level, "%s: expected an options table {%s=, ...}, got %s", self.owner,
+               self.names[1] or "", type(o))
   end
   o = o or {}
   refuse_unknown(self, o, level)

@@ -23,6 +23,19 @@ local function make_vocab(cls, v, key, level)
   return Vocab.new(v)
 end
 
+--- common.with_vocabs(entries) -> entries after the options of a sequence model's data
+--- (dataset, src_vocab, tgt_vocab, task), for glimpse.options.declare
+function M.with_vocabs(entries)
+  local out = {
+    {"dataset", "table", nil, help = "a seq2seq dataset: its src_vocab, tgt_vocab and task"},
+    {"src_vocab", "table", nil, help = "source vocabulary (a Vocab, id list or token list)"},
+    {"tgt_vocab", "table", nil, help = "target vocabulary (a Vocab, id list or token list)"},
+    {"task", "string", nil, help = "the task's name (kept in the checkpoint)"},
+  }
+  for _, e in ipairs(entries) do out[#out + 1] = e end
+  return out
+end
+
 --- checks.vocabs(cls, o, level) -> src_vocab, tgt_vocab, dataset: a sequence model's two
 --- vocabularies from o.dataset (a datasets/seq2seq_tasks.lua dataset) or o.src_vocab and
 --- o.tgt_vocab (a Vocab, an id list or a token list), checked
@@ -90,6 +103,35 @@ function M.load_weights(model, sd, path, fname)
   if not ok then fail(3, "%s: %s: %s", fname, path, M.strip(err)) end
   model:evaluate()
   return model
+end
+
+--- common.checkpoints(Class, mod, cls, format, vocabs): Class:save(path, meta) and
+--- mod.load(path) (also Class.load) for a model whose file holds its config (and, with
+--- vocabs, its src_vocab and tgt_vocab); Class.from_checkpoint(config) may adjust the
+--- options the loader builds the model from, Class.after_load(model, meta, config) restore
+--- more (config: the file's).
+function M.checkpoints(Class, mod, cls, format, vocabs)
+  local keys = vocabs and {"config", "src_vocab", "tgt_vocab"} or {"config"}
+  function Class:save(path, meta)
+    local extra = {config = self.config}
+    if vocabs then extra.src_vocab, extra.tgt_vocab = self.src_vocab:totable(), self.tgt_vocab:totable() end
+    if self.checkpoint_extra then self:checkpoint_extra(extra) end
+    return M.save(self, path, format, extra, meta, cls .. ":save")
+  end
+  function mod.load(path)
+    local sd, m, meta = M.load(path, format, keys, cls .. ".load")
+    local o = M.copy(m.config)
+    if vocabs then
+      local Vocab = require "glimpse.data.vocab"
+      o.src_vocab, o.tgt_vocab = Vocab.from_list(m.src_vocab), Vocab.from_list(m.tgt_vocab)
+    end
+    if Class.from_checkpoint then o = Class.from_checkpoint(o) end
+    local model = Class(o)
+    M.load_weights(model, sd, path, cls .. ".load")
+    if Class.after_load then Class.after_load(model, meta, m.config) end
+    return model, meta
+  end
+  Class.load = mod.load
 end
 
 -- the options a model's :decode may take, declared once; each model picks its own

@@ -207,18 +207,9 @@ function NTM:decode(b, opts)
 end
 
 --- model:save(path, meta) -> path: the state_dict and the configuration (atomic)
-function NTM:save(path, meta)
-  return C.save(self, path, FORMAT, {config = self.config}, meta, "NTM:save")
-end
 
 --- NTM.load(path) -> model (evaluation mode), meta
-function M.load(path)
-  local sd, m, meta = C.load(path, FORMAT, {"config"}, "NTM.load")
-  local model = NTM(C.copy(m.config))
-  C.load_weights(model, sd, path, "NTM.load")
-  return model, meta
-end
-NTM.load = M.load
+C.checkpoints(NTM, M, CLS, FORMAT, false)
 
 function NTM:extra_repr()
   local c = self.config

@@ -48,9 +48,6 @@ M.PointerNet = PointerNet
 -- uniform in [-0.08, 0.08] (the paper's initialisation); "default": each module's own.
 -- logit_clip = C > 0: the pointer's scores become C tanh(u) (Bello et al. 2016: C = 10).
 function PointerNet:init(o)
-  if type(o) ~= "table" then
-    C.fail(3, "%s: expected an options table {task=, emb=, hidden=, ...}, got %s", CLS, type(o))
-  end
   local c = OPTIONS:check(o, 3)
   c.attn_hidden = c.attn_hidden or c.hidden
   rawset(self, "config", c)
@@ -245,22 +242,19 @@ function PointerNet:decode(b, opts)
   return seqs, ex
 end
 
---- model:save(path, meta) -> path: the state_dict and the configuration (atomic)
-function PointerNet:save(path, meta)
-  return C.save(self, path, FORMAT, {config = self.config}, meta, "PointerNet:save")
+-- the weights come from the file: no "paper" initialisation on load (the config keeps it)
+function PointerNet.from_checkpoint(o)
+  o.init = nil
+  return o
+end
+function PointerNet.after_load(model, _, config)
+  rawget(model, "config").init = config.init
 end
 
+--- model:save(path, meta) -> path: the state_dict and the configuration (atomic)
+
 --- PointerNet.load(path) -> model (evaluation mode), meta
-function M.load(path)
-  local sd, m, meta = C.load(path, FORMAT, {"config"}, "PointerNet.load")
-  local o = C.copy(m.config)
-  o.init = nil                                              -- the weights come from the file
-  local model = PointerNet(o)
-  rawget(model, "config").init = m.config.init
-  C.load_weights(model, sd, path, "PointerNet.load")
-  return model, meta
-end
-PointerNet.load = M.load
+C.checkpoints(PointerNet, M, CLS, FORMAT, false)
 
 --- the paper's numbers per task, for metrics.json (Vinyals et al. 2015)
 M.REFERENCE = {

@@ -31,11 +31,7 @@ local M = {}
 local CLS = "Seq2Seq"
 local FORMAT = "glimpse.seq2seq"
 
-local OPTIONS = options.declare(CLS, {
-  {"dataset", "table", nil, help = "a seq2seq dataset: its src_vocab, tgt_vocab and task"},
-  {"src_vocab", "table", nil, help = "source vocabulary (a Vocab, id list or token list)"},
-  {"tgt_vocab", "table", nil, help = "target vocabulary (a Vocab, id list or token list)"},
-  {"task", "string", nil, help = "the task's name (kept in the checkpoint)"},
+local OPTIONS = options.declare(CLS, C.with_vocabs {
   {"emb", "int", 32, range = {1}, help = "embedding size"},
   {"hidden", "int", 128, range = {1}, help = "decoder size (a bidirectional encoder: hidden/2 per direction)"},
   {"attn_hidden", "int", 64, range = {1}, help = "attention hidden size"},
@@ -83,9 +79,6 @@ M.Seq2Seq = Seq2Seq
 -- of the true source position (supervised attention) on batches with `align` (B,T)
 -- (datasets/compare_tasks.lua; positions 0 are left out).
 function Seq2Seq:init(o)
-  if type(o) ~= "table" then
-    C.fail(3, "%s: expected an options table {dataset=, score=, mode=, ...}, got %s", CLS, type(o))
-  end
   local c = OPTIONS:check(o, 3)
   local src_vocab, tgt_vocab, ds = C.vocabs(CLS, c, 3)
   c.task = c.task or (ds and ds.task) or nil
@@ -332,27 +325,19 @@ function Seq2Seq:translate(b, opts)
   return s
 end
 
---- model:save(path, meta) -> path: one safetensors file (atomic) with the state_dict and, in
---- its metadata, the configuration and both vocabularies; meta: extra name -> string entries.
--- (hard attention's moving-average baseline is kept too, so training can go on)
-function Seq2Seq:save(path, meta)
-  local extra = {config = self.config, src_vocab = self.src_vocab:totable(),
-                 tgt_vocab = self.tgt_vocab:totable()}
+-- hard attention's moving-average baseline is kept in the checkpoint, so training can go on
+function Seq2Seq:checkpoint_extra(extra)
   if self.baseline.value then extra.baseline = self.baseline.value end
-  return C.save(self, path, FORMAT, extra, meta, "Seq2Seq:save")
+end
+function Seq2Seq.after_load(model, meta)
+  if meta.baseline then model.baseline.value = tonumber(meta.baseline) end
 end
 
+--- model:save(path, meta) -> path: one safetensors file (atomic) with the state_dict and, in
+--- its metadata, the configuration and both vocabularies; meta: extra name -> string entries.
+
 --- Seq2Seq.load(path) -> model (in evaluation mode), meta (the file's metadata strings)
-function M.load(path)
-  local sd, m, meta = C.load(path, FORMAT, {"config", "src_vocab", "tgt_vocab"}, "Seq2Seq.load")
-  local o = C.copy(m.config)
-  o.src_vocab, o.tgt_vocab = Vocab.from_list(m.src_vocab), Vocab.from_list(m.tgt_vocab)
-  local model = Seq2Seq(o)
-  C.load_weights(model, sd, path, "Seq2Seq.load")
-  if meta.baseline then model.baseline.value = tonumber(meta.baseline) end
-  return model, meta
-end
-Seq2Seq.load = M.load
+C.checkpoints(Seq2Seq, M, CLS, FORMAT, true)
 
 function Seq2Seq:extra_repr()
   local c = self.config

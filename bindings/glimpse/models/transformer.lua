@@ -25,11 +25,7 @@ local M = {}
 
 local CLS = "Transformer"
 local FORMAT = "glimpse.transformer"
-local OPTIONS = options.declare(CLS, {
-  {"dataset", "table", nil, help = "a seq2seq dataset: its src_vocab, tgt_vocab and task"},
-  {"src_vocab", "table", nil, help = "source vocabulary (a Vocab, id list or token list)"},
-  {"tgt_vocab", "table", nil, help = "target vocabulary (a Vocab, id list or token list)"},
-  {"task", "string", nil, help = "the task's name (kept in the checkpoint)"},
+local OPTIONS = options.declare(CLS, C.with_vocabs {
   {"d", "int", 64, range = {1}, help = "model width (a multiple of heads)"},
   {"heads", "int", 4, range = {1}, help = "attention heads"},
   {"layers", "int", 2, range = {1}, help = "encoder and decoder layers each"},
@@ -50,9 +46,6 @@ M.Transformer = Transformer
 -- d: the model width (a multiple of heads); layers: encoder and decoder layers each; ff: the
 -- feed-forward width; max_len: the longest source or target (+1) it can take.
 function Transformer:init(o)
-  if type(o) ~= "table" then
-    C.fail(3, "%s: expected an options table {dataset=, d=, heads=, ...}, got %s", CLS, type(o))
-  end
   local c = OPTIONS:check(o, 3)
   local src_vocab, tgt_vocab, ds = C.vocabs(CLS, c, 3)
   c.task = c.task or (ds and ds.task) or nil
@@ -202,22 +195,9 @@ function Transformer:decode(b, opts)
 end
 
 --- model:save(path, meta) -> path (safetensors with the configuration and vocabularies)
-function Transformer:save(path, meta)
-  return C.save(self, path, FORMAT, {config = self.config, src_vocab = self.src_vocab:totable(),
-                                     tgt_vocab = self.tgt_vocab:totable()}, meta,
-                "Transformer:save")
-end
 
 --- Transformer.load(path) -> model (evaluation mode), meta
-function M.load(path)
-  local sd, m, meta = C.load(path, FORMAT, {"config", "src_vocab", "tgt_vocab"}, "Transformer.load")
-  local o = C.copy(m.config)
-  o.src_vocab, o.tgt_vocab = Vocab.from_list(m.src_vocab), Vocab.from_list(m.tgt_vocab)
-  local model = Transformer(o)
-  C.load_weights(model, sd, path, "Transformer.load")
-  return model, meta
-end
-Transformer.load = M.load
+C.checkpoints(Transformer, M, CLS, FORMAT, true)
 
 function Transformer:extra_repr()
   local c = self.config
