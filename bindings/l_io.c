@@ -7,6 +7,7 @@
 #include "lglimpse.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 #define LG_STFILE "glimpse.StFile"
 
@@ -117,6 +118,20 @@ static int l_load(lua_State *L) {
   return 2;
 }
 
+/* glimpse._file_kind(path) -> "file" | "directory" | "fifo" | "other", or nil when nothing
+ * is there: what a path names, found without opening it (opening a FIFO would wait) */
+static int l_file_kind(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, S_ISREG(sb.st_mode) ? "file" : S_ISDIR(sb.st_mode) ? "directory"
+                    : S_ISFIFO(sb.st_mode) ? "fifo" : "other");
+  return 1;
+}
+
 void lg_open_io(lua_State *L, int module_idx, int methods_idx) {
   (void)methods_idx;
   if (luaL_newmetatable(L, LG_STFILE)) {
@@ -126,7 +141,8 @@ void lg_open_io(lua_State *L, int module_idx, int methods_idx) {
     lua_setfield(L, -2, "__close");
   }
   lua_pop(L, 1);
-  static const luaL_Reg fns[] = {{"save", l_save}, {"load", l_load}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"save", l_save}, {"load", l_load},
+                                 {"_file_kind", l_file_kind}, {NULL, NULL}};
   lua_pushvalue(L, module_idx);
   luaL_setfuncs(L, fns, 0);
   lua_pop(L, 1);

@@ -81,4 +81,9 @@ gl_tensor *gl_grad_of(gl_node *n, int i);
  * *fresh = 0 and it holds earlier gradient (the caller adds).  Saves a zeroing pass. */
 gl_tensor *gl_grad_slot(gl_node *n, int i, int *fresh);
 
+/* open(path) for reading that never waits: the file is opened O_NONBLOCK (a FIFO with no
+ * writer, or a device, opens at once, so the caller's fstat can refuse it) and a regular
+ * file gets blocking reads back.  -1 with errno as open's.  (io.c) */
+int gl_open_read(const char *path);
+
 #endif

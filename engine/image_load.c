@@ -18,6 +18,7 @@
  * a 54-byte "8000x8000" BMP or a 1 KB "8000x8000" JPEG fails in microseconds.
  */
 #include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -518,8 +520,13 @@ static int stb_decode(const job *j, int kind, int want, pixels *out, int *comp) 
  * are named as such rather than left to a decoder). */
 static int open_image(job *j) {
   struct stat sb;
-  j->f = fopen(j->path, "rb");
-  if (!j->f) return gl_fail(GL_EIO, "%s: %s: %s", j->op, j->path, strerror(errno));
+  int fd = gl_open_read(j->path);              /* a FIFO must not block the open */
+  j->f = fd < 0 ? NULL : fdopen(fd, "rb");
+  if (!j->f) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return gl_fail(GL_EIO, "%s: %s: %s", j->op, j->path, strerror(e));
+  }
   int st = GL_OK;
   if (fstat(fileno(j->f), &sb) != 0) st = gl_fail(GL_EIO, "%s: %s: %s", j->op, j->path,
                                                   strerror(errno));

@@ -16,6 +16,7 @@
  * next save to the same path removes the temps of processes that no longer exist.
  */
 #include "glimpse.h"
+#include "glimpse_internal.h"
 #include "io_internal.h"
 
 #include <dirent.h>
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -422,4 +424,18 @@ done:
   free(ts);
   free(ms);
   return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* reading without blocking on what is not a regular file */
+
+int gl_open_read(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat sb;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  }
+  return fd;
 }

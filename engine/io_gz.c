@@ -12,6 +12,7 @@
  * tensor.
  */
 #include "glimpse.h"
+#include "glimpse_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,9 +50,22 @@ static int gz_cut_short(gzFile f) {
 }
 
 static gzFile gz_open(const char *op, const char *path, int *status) {
+  int fd = gl_open_read(path);                 /* a FIFO must not block the open */
+  if (fd < 0) {
+    *status = gl_fail(GL_EIO, "%s: cannot open '%s': %s", op, path, strerror(errno));
+    return NULL;
+  }
+  struct stat sb = {0};
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    *status = gl_fail(GL_EIO, "%s: cannot open '%s': %s", op, path,
+                      S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
+    return NULL;
+  }
   errno = 0;
-  gzFile f = gzopen(path, "rb");
+  gzFile f = gzdopen(fd, "rb");
   if (!f) {
+    close(fd);
     *status = gl_fail(GL_EIO, "%s: cannot open '%s': %s", op, path,
                       errno ? strerror(errno) : "zlib could not allocate its state");
     return NULL;
@@ -225,7 +239,7 @@ static float idx_value(const unsigned char *p, int type) {
 static int idx_check_size(gzFile f, const char *path, size_t want, size_t offset,
                           size_t count) {
   struct stat sb;
-  int fd = open(path, O_RDONLY);
+  int fd = gl_open_read(path);
   if (fd < 0) return GL_OK;            /* the stream reading will report what is wrong */
   int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
   close(fd);

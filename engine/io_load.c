@@ -11,6 +11,7 @@
  * file gives "load: <path>: <what is wrong>", never an over-read.
  */
 #include "glimpse.h"
+#include "glimpse_internal.h"
 #include "io_internal.h"
 
 #include <errno.h>
@@ -587,8 +588,13 @@ int gl_st_load(gl_st_file **out, const char *path) {
   memset(&p, 0, sizeof p);
   *out = NULL;
 
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return gl_fail(GL_EIO, "load: %s: %s", path, strerror(errno));
+  int fd = gl_open_read(path);                 /* a FIFO must not block the open */
+  FILE *fp = fd < 0 ? NULL : fdopen(fd, "rb");
+  if (!fp) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return gl_fail(GL_EIO, "load: %s: %s", path, strerror(e));
+  }
   struct stat sbuf;
   if (fstat(fileno(fp), &sbuf) != 0) {
     st = gl_fail(GL_EIO, "load: %s: %s", path, strerror(errno));

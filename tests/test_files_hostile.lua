@@ -218,4 +218,30 @@ function T.test_next_save_removes_temps_of_saves_killed_with_sigkill()
   helpers.rmdir(d)
 end
 
+-- a FIFO with no writer: every reader refuses it at once instead of waiting in open()
+function T.test_a_fifo_is_refused_at_once_by_every_reader()
+  local dir = helpers.tmpdir()
+  local fifo = dir .. "/pipe"
+  lu.assertTrue(os.execute("mkfifo " .. fifo))
+  local cases = {
+    {image.load, "image.load: " .. fifo .. ": not a regular file"},
+    {image.info, "image.info: " .. fifo .. ": not a regular file"},
+    {glimpse.load, "load: " .. fifo .. ": not a regular file"},
+    {glimpse.data.read_gz, "read_gz: cannot open '" .. fifo .. "': not a regular file"},
+    {glimpse.data.read_idx, "read_idx: cannot open '" .. fifo .. "': not a regular file"},
+  }
+  for _, c in ipairs(cases) do lu.assertStrContains(refused(c[1], fifo), c[2]) end
+  lu.assertEquals(glimpse._file_kind(fifo), "fifo")
+  lu.assertFalse(glimpse.util.is_dir(fifo))
+  local exe = arg and arg[-1] or "build/glimpse"
+  for _, args in ipairs({fifo, "--model " .. fifo .. " " .. fifo}) do
+    local p = io.popen("timeout 20 " .. exe .. " caption " .. args .. " 2>&1; echo rc=$?")
+    local out = p:read("a")
+    p:close()
+    lu.assertStrContains(out, "not a regular file")
+    lu.assertStrContains(out, "rc=1")
+  end
+  os.remove(fifo)
+end
+
 return T

@@ -92,19 +92,12 @@ end
 
 --- util.is_dir(path) -> true when path names a directory.
 function M.is_dir(path)
-  if type(path) ~= "string" then return false end
-  local f = io.open(path, "r")
-  if not f then return false end
-  local _, _, code = f:read(0)
-  f:close()
-  return code == 21           -- EISDIR: fopen opens a directory, reading it fails
+  return type(path) == "string" and glimpse._file_kind(path) == "directory"
 end
 
 --- util.exists(path) -> true when path names something that can be opened for reading.
 function M.exists(path)
-  local f = type(path) == "string" and io.open(path, "r")
-  if f then f:close() return true end
-  return false
+  return type(path) == "string" and glimpse._file_kind(path) ~= nil
 end
 
 --- util.mkdir_p(path) creates a directory and its missing parents (like mkdir -p);

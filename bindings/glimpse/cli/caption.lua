@@ -81,9 +81,9 @@ end
 local function load_model(spec)
   local cap = glimpse.captioner
   if spec:find("/", 1, true) or spec:match("%.safetensors$") then
-    local f = io.open(spec, "rb")
-    if not f then return nil, string.format("model %s: no such file", spec) end
-    f:close()
+    local kind = glimpse._file_kind(spec)
+    if not kind then return nil, string.format("model %s: no such file", spec) end
+    if kind ~= "file" then return nil, string.format("model %s: not a regular file", spec) end
     local ok, m = pcall(cap.load, spec)
     if not ok then return nil, string.format("model %s: %s", spec, clean(m)) end
     return m
@@ -108,9 +108,9 @@ end
 
 -- caption one file; returns the caption or nil and the problem
 local function caption_one(cap, path, o, used)
-  local f = io.open(path, "rb")
-  if not f then return nil, "no such file" end
-  f:close()
+  local kind = glimpse._file_kind(path)
+  if not kind then return nil, "no such file" end
+  if kind ~= "file" then return nil, kind == "directory" and "is a directory" or "not a regular file" end
   local C = cap:input_shape()
   local ok, img = pcall(glimpse.image.load, path, {channels = C})
   if not ok then return nil, "not an image (" .. clean(img) .. ")" end
