@@ -7,9 +7,15 @@
  * OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE).  So the executable starts as fast as before,
  * runs that never ask for MPI never initialise it (Open MPI keeps allocations to the end,
  * which LeakSanitizer would report), and a process started on its own is one rank of one
- * with no MPI at all.  After a successful MPI_Init, an exit with status 0 calls
- * MPI_Finalize; any other exit leaves it out, so the launcher sees the failure and stops the
- * other ranks instead of waiting on this one in MPI_Finalize.
+ * with no MPI at all.
+ *
+ * Every collective first exchanges a small header (which call, the op, the root, the shape)
+ * between the ranks, so ranks that disagree -- different calls, shapes, element counts or
+ * ops, or one rank ending its script while another waits in a collective -- fail on every
+ * rank with one message instead of hanging or returning wrong values.  A process that exits
+ * with status 0 makes a last such exchange (the "end of the script") and then MPI_Finalize;
+ * a rank that fails, or finds at its end that another rank is still in a collective, ends
+ * the whole job with MPI_Abort, so no rank is left waiting.
  *
  * Tensors are contiguous float32, so broadcast and allreduce hand their data pointer to MPI
  * as it is: no copies.  Bindings do no math: the mean of allreduce is dist.lua's division.
@@ -45,9 +51,76 @@ static int launcher_size(void) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* headers: every rank says what it is about to do, and all of them check */
+
+enum { CALL_BARRIER = 1, CALL_BROADCAST, CALL_ALLREDUCE, CALL_ALLGATHER, CALL_GATHER_TABLES,
+       CALL_END };
+static const char *const call_names[] = {"calls ?", "calls barrier", "calls broadcast",
+                                         "calls allreduce", "calls allgather",
+                                         "calls gather_tables", "is at the end of its script"};
+static const char *const op_names[] = {"sum", "max", "min"};
+#define HDR (4 + GL_MAX_DIMS)        /* call, op, root, ndim, shape */
+
+/* one rank's header as text: "calls allreduce (sum) of [4,2]" */
+static void header_text(const int *h, char *out, size_t len) {
+  int n = snprintf(out, len, "%s", call_names[h[0] >= 1 && h[0] <= CALL_END ? h[0] : 0]);
+  if (h[0] == CALL_ALLREDUCE && h[1] >= 0 && h[1] <= 2)
+    n += snprintf(out + n, len - (size_t)n, " (%s)", op_names[h[1]]);
+  if (h[0] == CALL_BROADCAST) n += snprintf(out + n, len - (size_t)n, " from rank %d", h[2]);
+  if (h[0] == CALL_BROADCAST || h[0] == CALL_ALLREDUCE || h[0] == CALL_ALLGATHER) {
+    n += snprintf(out + n, len - (size_t)n, " of [");
+    for (int k = 0; k < h[3] && k < GL_MAX_DIMS && (size_t)n < len; k++)
+      n += snprintf(out + n, len - (size_t)n, k ? ",%d" : "%d", h[4 + k]);
+    if ((size_t)n < len) snprintf(out + n, len - (size_t)n, "]");
+  }
+}
+
+/* Exchange headers; 0 when every rank's equals this one's, else 1 with the same message on
+ * every rank in msg: "the ranks disagree: rank 0 calls allreduce (sum) of [4]; rank 1 ..."
+ * The cost is one allgather of 12 ints per collective. */
+static int agree(int call, int op, int root, const gl_tensor *t, char *msg, size_t len) {
+  int h[HDR] = {call, op, root, t ? t->ndim : 0};
+  for (int k = 0; t && k < t->ndim; k++) h[4 + k] = t->shape[k];
+  int *all = malloc((size_t)d_size * HDR * sizeof(int));
+  if (!all) return snprintf(msg, len, "out of memory for %d headers", d_size), 1;
+  char err[512];
+  if (mpi->allgather_ints(h, HDR, all, err, sizeof err)) {
+    free(all);
+    snprintf(msg, len, "%s", err);
+    return 1;
+  }
+  int same = 1;
+  for (int r = 1; r < d_size && same; r++) same = !memcmp(all, all + r * HDR, sizeof h);
+  if (!same) {
+    size_t n = (size_t)snprintf(msg, len, "the ranks disagree:");
+    for (int r = 0; r < d_size && n < len; r++) {
+      char one[256];
+      header_text(all + r * HDR, one, sizeof one);
+      if (r == 4 && d_size > 5) {
+        n += (size_t)snprintf(msg + n, len - n, " ... (%d ranks)", d_size);
+        break;
+      }
+      n += (size_t)snprintf(msg + n, len - n, "%s rank %d %s", r ? ";" : "", r, one);
+    }
+  }
+  free(all);
+  return !same;
+}
+
 static void on_process_exit(int status, void *arg) {
   (void)arg;
-  if (status == 0 && mpi) mpi->finalize();
+  if (!mpi) return;
+  if (status == 0) {
+    char msg[2048];
+    if (!agree(CALL_END, 0, 0, NULL, msg, sizeof msg)) {
+      mpi->finalize();
+      return;
+    }
+    fprintf(stderr, "glimpse.dist: rank %d ended its script while another rank waits in a "
+                    "collective; the job ends (%s)\n", d_rank, msg);
+  }
+  mpi->abort(status ? status : 1);
 }
 
 /* dlopen the plugin: $GLIMPSE_MPI_PLUGIN, the build's, then the installed one */
@@ -106,9 +179,18 @@ static void need_mpi(lua_State *L, const char *fname) {
   if (!mpi) luaL_error(L, "glimpse.dist.%s: MPI is not initialised (glimpse.dist.init first)", fname);
 }
 
+/* the header exchange of a collective; an error on every rank when they disagree */
+static void check_agree(lua_State *L, const char *fname, int call, int op, int root,
+                        const gl_tensor *t) {
+  char msg[2048];
+  if (agree(call, op, root, t, msg, sizeof msg))
+    luaL_error(L, "glimpse.dist.%s: %s", fname, msg);
+}
+
 static int l_barrier(lua_State *L) {
   char err[512];
   need_mpi(L, "barrier");
+  check_agree(L, "barrier", CALL_BARRIER, 0, 0, NULL);
   if (mpi->barrier(err, sizeof err)) return luaL_error(L, "glimpse.dist.barrier: %s", err);
   return 0;
 }
@@ -119,6 +201,9 @@ static int l_broadcast(lua_State *L) {
   gl_tensor *t = lg_check(L, 1);
   int root = lg_checkint(L, 2);
   need_mpi(L, "broadcast");
+  check_agree(L, "broadcast", CALL_BROADCAST, 0, root, t);
+  if (root < 0 || root >= d_size)
+    return luaL_error(L, "glimpse.dist.broadcast: root %d is not a rank (0..%d)", root, d_size - 1);
   if (mpi->bcast(t->data, t->numel, root, err, sizeof err))
     return luaL_error(L, "glimpse.dist.broadcast: %s", err);
   lua_settop(L, 1);
@@ -133,6 +218,7 @@ static int l_allreduce(lua_State *L) {
   gl_tensor *t = lg_check(L, 1);
   int op = luaL_checkoption(L, 2, NULL, ops);
   need_mpi(L, "allreduce");
+  check_agree(L, "allreduce", CALL_ALLREDUCE, codes[op], 0, t);
   if (mpi->allreduce(t->data, t->numel, codes[op], err, sizeof err))
     return luaL_error(L, "glimpse.dist.allreduce: %s", err);
   lua_settop(L, 1);
@@ -144,6 +230,7 @@ static int l_allgather(lua_State *L) {
   char err[512];
   gl_tensor *t = lg_check(L, 1);
   need_mpi(L, "allgather");
+  check_agree(L, "allgather", CALL_ALLGATHER, 0, 0, t);
   if (t->ndim >= GL_MAX_DIMS)
     return luaL_error(L, "glimpse.dist.allgather: a tensor of %d dims has no room for the rank "
                          "dim (at most %d dims)", t->ndim, GL_MAX_DIMS);
@@ -164,6 +251,7 @@ static int l_allgather_strings(lua_State *L) {
   const char *s = luaL_checklstring(L, 1, &len);
   need_mpi(L, "gather_tables");
   if (len > 0x7fffffff) return luaL_error(L, "glimpse.dist.gather_tables: %zu bytes is too much", len);
+  check_agree(L, "gather_tables", CALL_GATHER_TABLES, 0, 0, NULL);
   int *counts = lua_newuserdatauv(L, 2 * (size_t)d_size * sizeof(int), 0);
   int *displs = counts + d_size;
   if (mpi->allgather_counts((int)len, counts, err, sizeof err))

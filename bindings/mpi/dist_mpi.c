@@ -75,6 +75,15 @@ static int p_allgather_bytes(const char *send, int count, char *recv, const int 
   return rc == MPI_SUCCESS ? 0 : fail("MPI_Allgatherv", rc, err, errlen);
 }
 
+static int p_allgather_ints(const int *send, int n, int *recv, char *err, size_t errlen) {
+  int rc = MPI_Allgather(send, n, MPI_INT, recv, n, MPI_INT, MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? 0 : fail("MPI_Allgather", rc, err, errlen);
+}
+
+static void p_abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 static void p_finalize(void) {
   int on = 0, done = 0;
   MPI_Initialized(&on);
@@ -84,4 +93,4 @@ static void p_finalize(void) {
 
 const gl_mpi_api gl_mpi_plugin = {GL_MPI_API_VERSION, p_init, p_barrier, p_bcast, p_allreduce,
                                   p_allgather, p_allgather_counts, p_allgather_bytes,
-                                  p_finalize};
+                                  p_allgather_ints, p_finalize, p_abort};

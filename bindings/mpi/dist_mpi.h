@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#define GL_MPI_API_VERSION 1
+#define GL_MPI_API_VERSION 2
 
 enum { GL_MPI_SUM = 0, GL_MPI_MAX = 1, GL_MPI_MIN = 2 };
 
@@ -32,7 +32,12 @@ typedef struct gl_mpi_api {
   /* bytes of every rank into recv, rank r's at displs[r] (counts from allgather_counts) */
   int (*allgather_bytes)(const char *send, int count, char *recv, const int *counts,
                          const int *displs, char *err, size_t errlen);
+  /* n ints from every rank into recv (size * n ints, rank order): the headers that let
+   * every rank check that all of them make the same call with the same arguments */
+  int (*allgather_ints)(const int *send, int n, int *recv, char *err, size_t errlen);
   void (*finalize)(void);                      /* the end of a run that went well */
+  /* end every rank of the job now (a rank that failed, or ranks that no longer agree) */
+  void (*abort)(int code);
 } gl_mpi_api;
 
 /* the one symbol the plugin exports (l_dist.c finds it with dlsym) */
