@@ -31,9 +31,12 @@ MPICC    ?= mpicc
 MPI_H    ?= /usr/include/$(shell $(CC) -print-multiarch 2>/dev/null)/mpi/mpi.h
 
 ENGINE_SRC   := $(sort $(wildcard engine/*.c))
-BINDING_SRC  := $(sort $(filter-out bindings/main.c,$(wildcard bindings/*.c)))
+# the executable's own sources (they use readline); the others make glimpse.so too
+EXE_SRC      := bindings/main.c bindings/completion.c
+BINDING_SRC  := $(sort $(filter-out $(EXE_SRC),$(wildcard bindings/*.c)))
 ENGINE_OBJ   := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 BINDING_OBJ  := $(BINDING_SRC:%.c=$(BUILD)/%.o)
+EXE_OBJ      := $(EXE_SRC:%.c=$(BUILD)/%.o)
 HEADERS      := $(wildcard engine/*.h bindings/*.h)
 
 # Debian packages the build, the tests and the demo need (chromium: tests/test_report.lua
@@ -75,7 +78,7 @@ $(BUILD)/libglimpse.a: $(ENGINE_OBJ)
 	ar rcs $@ $^
 
 # the executable: REPL and script runner, with the module built in
-$(BUILD)/glimpse: $(BUILD)/bindings/main.o $(BINDING_OBJ) $(BUILD)/libglimpse.a
+$(BUILD)/glimpse: $(EXE_OBJ) $(BINDING_OBJ) $(BUILD)/libglimpse.a
 	$(CC) $(CFLAGS) $(SAN) -Wl,-E -o $@ $^ -llua$(LUA_VER) -lreadline $(LIBS)
 
 # the module for a stock lua5.4: require "glimpse"

@@ -1,47 +1,20 @@
---- datasets/compare_tasks.lua -- sequence tasks that separate attention mechanisms: each is
--- trained on short sources and tested at fixed longer lengths, and every example knows its
--- true alignment (which source position each target token comes from).
+--- datasets/compare_tasks.lua (glimpse.data.compare) -- sequence tasks that separate
+-- attention mechanisms: each trains on short sources, is tested at fixed longer lengths, and
+-- every example knows its true alignment (the source position each target token comes from).
+-- Why the tasks look as they do: docs/api/data.md.
 --
 --   reversal  "48213"                          -> "31284"        anti-diagonal alignment
 --   sorting   "qdbkd"                          -> "bddkq"        a permutation (stable)
 --   dates     "kq7 w 3 mar 1998 x5z"           -> "1998-03-03"   monotonic, gaps, in noise
 --   lookup    "a3k7c1|ck"  (keys, values, |, queries) -> "17"    non-monotonic, many-to-one
 --
---   local compare = require "datasets.compare_tasks"        -- also glimpse.data.compare
---   local task = compare.task("lookup")                      -- or compare.lookup{...}
---   local train = task:train_set(10000, 1)                   -- source lengths 5..20
---                                                            -- (dates: 10..20)
+--   local task = glimpse.data.compare.task("lookup")        -- or compare.lookup{...}
+--   local train = task:train_set(10000, 1)                   -- lengths 5..20 (dates 10..20)
 --   local tests = task:test_sets({10, 20, 30, 40, 50}, 500, 1)   -- tests[30]: length 30
---   local b = train:collate({1, 2, 3})
---   -- b.src, b.src_mask, b.tgt_in, b.tgt_out, b.tgt_mask ... as datasets/seq2seq_tasks.lua,
---   -- plus b.align (B,T): for each position of tgt_out, the 1-based source position its
---   -- token comes from, 0 where there is none (see below), on <end> and on padding.
---
--- The datasets are datasets/seq2seq_tasks.lua's class (tokens are characters, ids 1-based
--- with <pad> <start> <end> <unk> first), with one more per-example field, ds.align[i] (a list
--- with one entry per target character).  A task's vocabularies are built from its whole
--- alphabet once, so its training set and every test set share them, whatever the length.
---
--- Why these defaults (the seq2seq tasks reached 93-100% under every score after 12-25 s,
--- which ranks nothing):
--- * Length is the main lever: training lengths are 5-20 and the tests go to 50 (Bahdanau et
---   al. 2015, Fig. 2).  A mechanism that learned "where" only for the lengths it saw
---   (content scores reading positions from RNN states, local-m's fixed step) falls off past
---   20; one that addresses by content or by relative position holds up.
--- * reversal keeps 10 digits on purpose: at length 50 each digit occurs about 5 times, so
---   content cannot tell the occurrences apart and only positional addressing works.
--- * sorting uses 20 letters: with 10 digits the output is a histogram (count each digit)
---   and needs no alignment at all; with 20 the model must find the next larger symbol.
--- * dates hides the date in noise of the same characters (groups like "kq7" and "w42x",
---   letters that spell no month, digits inside) up to the source length, at a random
---   offset, so the year and day digits must be found among distractor digits, farther away
---   on the long tests; the month is a word (no source digit).
--- * lookup is the one alignment cannot fake: the query order is random (not monotonic),
---   a key may be asked twice (not one-to-one), values repeat across keys (a right token with
---   the wrong attention shows as token accuracy without alignment accuracy), and the length
---   grows by adding pairs, so long tests need content addressing; location scores and
---   local-m cannot do it.
---
+--   local b = train:collate({1, 2, 3})   -- seq2seq_tasks' batch plus b.align (B,T)
+-- The datasets are seq2seq_tasks' class with one more field, ds.align[i]; a task's
+-- vocabularies cover its whole alphabet, so its training and test sets share them.
+
 -- True alignment conventions (ds.align[i][t], batch.align[b][t]):
 --   reversal t -> L + 1 - t;  sorting: the source position of the symbol placed t-th by a
 --   stable sort (the k-th equal symbol comes from the k-th occurrence);  lookup: the position

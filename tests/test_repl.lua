@@ -1,4 +1,5 @@
--- tests/test_repl.lua -- the `glimpse` executable (bindings/main.c): options, scripts, the REPL.
+-- tests/test_repl.lua -- the `glimpse` executable (bindings/main.c, completion.c): options,
+-- scripts, the REPL, Tab completion.
 --
 -- The executable is driven as a subprocess: the runner runs this suite as
 -- `<exe> tests/run.lua --one tests/test_repl.lua`, so arg[-1] names the executable (checked

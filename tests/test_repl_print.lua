@@ -1,5 +1,5 @@
--- tests/test_repl_print.lua -- what the REPL prints (bindings/glimpse/repl.lua: pretty, show)
--- and its `?name` help (bindings/glimpse/repl_help.lua).
+-- tests/test_repl_print.lua -- what the REPL prints (bindings/glimpse/cli/repl.lua: pretty,
+-- show) and its `?name` help (bindings/glimpse/cli/help.lua).
 --
 -- pretty and the help lookup are checked in this process; the REPL itself is driven as in
 -- test_repl.lua: `<exe> -i /dev/null` with lines on a pipe (arg[-1] names the executable).
@@ -14,6 +14,7 @@ local H = require "tests.helpers"
 local sh_quote, tmpdir, read_file, write_file = H.sh_quote, H.tmpdir, H.read_file, H.write_file
 
 local EXE = arg and arg[-1]
+local LONG_NAME_S = 1   -- CPU seconds a 100,000-character `?name` may take
 
 -- the REPL fed `input` through a pipe: stdout, stderr (the banner line removed)
 local function repl_run(input)
@@ -213,6 +214,80 @@ function T.test_the_manual_is_a_second_source()
   lu.assertStrContains(sec, "max(x, 0).")
   lu.assertStrContains(gelu, "tanh approximation.")
   lu.assertStrContains(cap, "cap:caption(image")       -- the comments are still read
+end
+
+-- a class carrying a glimpse.options spec, as the library's constructors do
+local function options_class(owner)
+  local spec = glimpse.options.declare(owner, {
+    {"width", "int", 8, range = {1}, help = "how wide the layer is"},
+    {"mode", "string", "soft", choices = {"soft", "hard"}, help = "which attention"},
+  })
+  return setmetatable({options = spec}, {__call = function() return {} end})
+end
+
+function T.test_question_mark_lists_the_options_a_class_declares()
+  _help_Thing = options_class("Thing")
+  local d = repl.doc("_help_Thing")
+  _help_Thing = nil
+  lu.assertStrContains(d, "Thing options:")
+  lu.assertStrMatches(d, ".*width%s+int[^\n]*8%s+how wide the layer is.*")
+  lu.assertStrMatches(d, ".*mode%s+soft|hard%s+\"soft\"%s+which attention.*")
+  -- a table whose `options` is no spec lists nothing
+  _help_plain = {options = {width = 8}}
+  local plain = repl.doc("_help_plain")
+  _help_plain = nil
+  lu.assertStrContains(plain, "no documentation for _help_plain")
+end
+
+function T.test_question_mark_at_the_repl_prints_documentation_and_options_together()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out, err = repl_run("Linear = glimpse.nn.Linear\n" ..
+    "Linear.options = glimpse.options.declare('nn.Linear', {{'bias', 'boolean', true, " ..
+    "help = 'add a bias'}})\n?nn.Linear\n")
+  lu.assertEquals(err, "")
+  lu.assertStrContains(out, "nn.Linear(din, dout")        -- the doc comment
+  lu.assertStrContains(out, "nn.Linear options:")          -- then the option table
+  lu.assertStrMatches(out, ".*bias%s+boolean%s+true%s+add a bias.*")
+end
+
+function T.test_every_shipped_class_with_options_lists_them()
+  local owners = {}
+  local function visit(tbl, depth)
+    if depth > 2 or type(tbl) ~= "table" then return end
+    for name, v in pairs(tbl) do
+      if type(name) == "string" and type(v) == "table" then
+        local spec = rawget(v, "options")
+        if type(spec) == "table" and type(spec.lines) == "function" then
+          owners[#owners + 1] = {name, v, spec.owner}
+        elseif depth < 2 and not name:match("^_") then
+          visit(v, depth + 1)
+        end
+      end
+    end
+  end
+  for _, m in ipairs({glimpse.nn, glimpse.models, glimpse.optim, glimpse.train}) do visit(m, 1) end
+  for _, o in ipairs(owners) do
+    _help_shipped = o[2]
+    local d = repl.doc("_help_shipped")
+    _help_shipped = nil
+    lu.assertStrContains(d, o[3] .. " options:", o[1])
+  end
+end
+
+function T.test_a_name_of_100000_characters_is_answered_at_once()
+  local start = os.clock()
+  local long = repl.doc(string.rep("a", 100000))
+  local dots = repl.lookup(string.rep("a.", 50000))
+  local blanks = repl.doc(string.rep(" ", 99999) .. "x")
+  local spent = os.clock() - start
+  lu.assertStrContains(long, "no documentation for aaaa")
+  lu.assertStrContains(long, "(a name of 100000 characters)")
+  lu.assertEquals(dots, {})
+  lu.assertStrContains(blanks, "no documentation")
+  lu.assertTrue(spent < LONG_NAME_S, string.format("%.1f s", spent))
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out = repl_run("?" .. string.rep("a", 100000) .. "\nprint('after')\n")
+  lu.assertStrContains(out, "(a name of 100000 characters)\nafter\n")
 end
 
 function T.test_question_mark_alone_says_how_to_use_it()

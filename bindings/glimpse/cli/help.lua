@@ -1,20 +1,22 @@
 --- glimpse.cli.help -- `?name` at the REPL: the documentation of a function, class or module.
 --
--- Two sources, read on first use and kept:
---   1. the `---` doc comments of the Lua library: every file under the library's folder, the
---      one above cli/ (bindings/glimpse in the source tree, share/lua/5.4/glimpse once
---      installed).  A comment block starts at a `---` line; its first line names what it
---      documents ("nn.LSTM(din, hidden, ...)", "cap:caption(image, opts)"), and the
---      `function X:y` line under it names it too.
---   2. the manual, docs/api/*.md, when there is one (the source tree's, or the copy
---      `make install` puts in $(PREFIX)/share/glimpse/docs): a section whose heading names
---      the function, or a paragraph whose first line starts with it.
+-- Three sources, the first two read on first use and kept:
+--   1. the `---` doc comments of the Lua library (every file under the folder above cli/): a
+--      block starts at a `---` line; its first line names what it documents
+--      ("nn.LSTM(din, hidden, ...)", "cap:caption(image, opts)"), and so does the
+--      `function X:y` line under it;
+--   2. the manual, docs/api/*.md (the source tree's, or the copy `make install` puts in
+--      $(PREFIX)/share/glimpse/docs): a section whose heading names the function, or a
+--      paragraph whose first line starts with it;
+--   3. the value itself: a class that carries `options` (a glimpse.options spec) gets its
+--      option table listed (name, type, default, range or choices, help).
 -- A name is looked up with and without its "glimpse." prefix; ':' and '.' are the same.
 local M = {}
 
 local MAX_HITS = 6          -- entries printed for one name
 local MAX_SECTION_LINES = 40
 local MAX_SUGGESTIONS = 6
+local MAX_NAME = 200        -- longer text is no name: answered at once, never searched
 
 -- the library's folder: the one above cli/, where this file lives
 local function here()
@@ -216,6 +218,7 @@ function M.lookup(name)
   if type(name) ~= "string" then
     error("repl.lookup: name must be a string, got " .. type(name), 2)
   end
+  if #name > MAX_NAME then return {}, {} end
   local q = normalise(name)
   local idx = build()
   local hits, seen = {}, {}
@@ -311,13 +314,31 @@ function M.suggest(q)
   return out
 end
 
---- glimpse.repl.doc(name) -> text: what `?name` prints (the documentation, or "no
--- documentation for name" with close names to try).
+-- the options spec (glimpse.options) that v carries as v.options, if any; a function can
+-- carry none, so a constructor that declares options is a class (a callable table)
+local function options_of(v)
+  if type(v) ~= "table" and type(v) ~= "userdata" then return nil end
+  local ok, spec = pcall(function() return v.options end)
+  if not ok or type(spec) ~= "table" then return nil end
+  local ok2, lines = pcall(function() return spec.lines end)
+  if not ok2 or type(lines) ~= "function" then return nil end
+  local ok3, out = pcall(lines, spec)
+  return ok3 and type(out) == "table" and out or nil
+end
+
+--- glimpse.repl.doc(name) -> text: what `?name` prints (the documentation and, for a class
+-- that declares options, its option table; or "no documentation for name" with close names
+-- to try).
 function M.doc(name)
+  if type(name) == "string" and #name > MAX_NAME then
+    return string.format("no documentation for %s... (a name of %d characters)",
+                         name:sub(1, 40), #name)
+  end
   local hits, suggestions = M.lookup(name)
-  if #hits == 0 then
+  local v = type(name) == "string" and normalise(name) ~= "" and resolve(normalise(name))
+  local opts = options_of(v)
+  if #hits == 0 and not opts then
     local msg = "no documentation for " .. tostring(name)
-    local v = type(name) == "string" and normalise(name) ~= "" and resolve(normalise(name))
     if type(v) == "function" and debug.getinfo(v, "S").what == "C" then
       msg = msg .. " (a function of the C core: the manual, docs/api/, documents those)"
     end
@@ -330,13 +351,14 @@ function M.doc(name)
     parts[#parts + 1] = "-- " .. h.title .. "   (" .. h.where .. ")\n" .. h.text
   end
   if #hits > MAX_HITS then parts[#parts + 1] = string.format("... (%d more)", #hits - MAX_HITS) end
+  if opts then parts[#parts + 1] = table.concat(opts, "\n") end
   return table.concat(parts, "\n\n")
 end
 
 --- glimpse.repl.help(name) -- print doc(name); `?name` at the REPL calls it.  With no name,
 -- say how to use it.
 function M.help(name)
-  if name == nil or normalise(name) == "" then
+  if name == nil or (type(name) == "string" and #name <= MAX_NAME and normalise(name) == "") then
     print("?name prints the documentation of a function, class or module, e.g. ?nn.LSTM, " ..
           "?glimpse.captioner.pretrained, ?cap:caption")
     return

@@ -1,16 +1,14 @@
---- glimpse.repl -- what the REPL prints: tables by their contents, and `?name` help.
+--- glimpse.cli.repl (glimpse.repl) -- what the REPL prints: tables by their contents, and
+-- `?name` help (cli/help.lua).
 --
 --   glimpse.repl.pretty({8, 64})                       --> "{8, 64}"
 --   glimpse.repl.pretty(t, {depth = 2, width = 60, items = 10})
 --   glimpse.repl.help("nn.LSTM")                        -- what `?nn.LSTM` prints
 --
 -- The REPL (bindings/main.c) calls show(...) on the values of an expression: a table prints
--- as its contents (Lua's own print would give "table: 0x..."), everything else as print
--- shows it (tensors print their data, modules their architecture).  The global print is
--- left alone.  Inside a table a tensor is its one-line summary, a module its name.
---
--- Help reads the `---` doc comments of the Lua library (bindings/glimpse/*.lua, wherever
--- the running glimpse loads them from) and, where there is one, the manual's docs/api/*.md.
+-- as its contents, everything else as print shows it (tensors their data, modules their
+-- layers).  The global print is left alone.  Inside a table a tensor is its one-line summary,
+-- a module its name.
 local M = {}
 
 local DEFAULT_DEPTH = 4      -- nesting levels shown; deeper tables print as {...}
@@ -190,7 +188,7 @@ function M.show(...)
 end
 
 -- ---------------------------------------------------------------------------------------
--- help: `?name` (glimpse.repl_help, read here so one module is the REPL's)
+-- help: `?name` (glimpse.cli.help, published here so one module is the REPL's)
 
 local help = require "glimpse.cli.help"
 M.help, M.doc, M.lookup, M.reset = help.help, help.doc, help.lookup, help.reset

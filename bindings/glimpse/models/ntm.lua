@@ -1,8 +1,7 @@
 --- glimpse.models.ntm -- a Neural Turing Machine (Graves et al. 2014) for the copy task of
 -- datasets/copy_task.lua, and its LSTM baseline, as one nn.Module class:
 --
---   local copy = require "datasets.copy_task"
---   local b = copy.batch(8, {min_len = 1, max_len = 5, seed = 1})
+--   local b = glimpse.data.copy_task.batch(8, {min_len = 1, max_len = 5, seed = 1})
 --   local model = glimpse.models.NTM{memory = 16, width = 8, hidden = 32}
 --   local loss, stats = model:loss(b)                 -- stats.bit_errors per sequence
 --   local bits, extras = model:decode(b)              -- extras.write, extras.read (NTM)

@@ -1,8 +1,7 @@
 --- glimpse.models.pointer -- a pointer network (Vinyals et al. 2015) for the planar problems
 -- of datasets/points.lua (sort, convex hull, TSP), as one nn.Module:
 --
---   local points = require "datasets.points"
---   local ds = points.make{task = "hull", n = 8, count = 100}
+--   local ds = glimpse.data.points.make{task = "hull", n = 8, count = 100}
 --   local model = glimpse.models.PointerNet{task = "hull", emb = 32, hidden = 32}
 --   local loss, stats = model:loss(ds:collate({1, 2, 3}))
 --   local seqs, extras = model:decode(ds:collate({1, 2}), {beam = 3})   -- positions, 1-based

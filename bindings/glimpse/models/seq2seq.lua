@@ -1,8 +1,7 @@
 --- glimpse.models.seq2seq -- an attentional encoder-decoder (Luong et al. 2015) for the
 -- synthetic tasks of datasets/seq2seq_tasks.lua, as one nn.Module:
 --
---   local tasks = require "datasets.seq2seq_tasks"
---   local ds = tasks.reversal{n = 1000, max_len = 10}
+--   local ds = glimpse.data.seq2seq.reversal{n = 1000, max_len = 10}
 --   local model = glimpse.models.Seq2Seq{dataset = ds, score = "general", mode = "soft"}
 --   local loss, stats = model:loss(ds:collate({1, 2, 3}))     -- stats.nll, stats.token_accuracy
 --   local ids, extras = model:decode(ds:collate({1, 2}), {beam = 3})   -- extras.alignments

@@ -9,12 +9,7 @@
 --   c:disc(100, 50, 4, {color = {0, 0, 1}})
 --   c:text("tour", 4, 4, {scale = 2})
 --   c:save("/tmp/plot.png")                              -- or c:tensor() -> (3,H,W) in [0,1]
---
--- Coordinates are pixels with (0, 0) the top-left corner of the top-left pixel, x to the
--- right and y down; pixel (i, j) (0-based column i, row j) covers [i, i+1) x [j, j+1) and
--- its centre is (i + 0.5, j + 0.5).  Shapes are drawn by coverage: a pixel whose centre lies
--- within the shape's half-width plus half a pixel is blended with the colour, in proportion
--- to how far inside it is, which gives smooth edges without supersampling.
+-- Coordinates: pixels, (0, 0) the top-left corner, y down (see the drawing section below).
 local glimpse = require "glimpse"
 
 local M = {}
@@ -73,6 +68,14 @@ function Canvas:get(x, y)
   local i = y * self.w + x + 1
   return self.r[i], self.g[i], self.b[i]
 end
+
+-- ---------------------------------------------------------------------------------------
+-- drawing
+-- Coordinates are pixels with (0, 0) the top-left corner of the top-left pixel, x to the
+-- right and y down; pixel (i, j) (0-based column i, row j) covers [i, i+1) x [j, j+1) and
+-- its centre is (i + 0.5, j + 0.5).  Shapes are drawn by coverage: a pixel whose centre lies
+-- within the shape's half-width plus half a pixel is blended with the colour, in proportion
+-- to how far inside it is, which gives smooth edges without supersampling.
 
 -- distance from (px, py) to the segment (x0, y0)-(x1, y1)
 local function seg_dist(px, py, x0, y0, x1, y1)
