@@ -1,4 +1,4 @@
-/* l_dist.c -- glimpse._dist_*: the calls glimpse.dist (bindings/glimpse/dist.lua) makes to
+/* l_dist.c -- glimpse._dist_*: the calls glimpse.dist (bindings/glimpse/lab/dist.lua) makes to
  * MPI, on glimpse tensors in place.
  *
  * MPI is not linked into glimpse: its calls live in a plugin (bindings/mpi/dist_mpi.c,

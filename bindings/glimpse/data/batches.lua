@@ -1,4 +1,4 @@
---- datasets/batches.lua -- batching: padding with masks, batch orders (shuffled by seed, with
+--- glimpse.data.batches -- batching: padding with masks, batch orders (shuffled by seed, with
 -- length bucketing), and an iterator over any dataset that can collate a list of indices.
 --
 -- A dataset, for iterate(), is a table with a size (ds.n, or ds:size(), or #ds) and a method

@@ -1,9 +1,9 @@
 --- glimpse.data -- datasets and data files.
 --
--- File readers (engine/io_gz.c): gzip through zlib, IDX arrays.  Datasets (datasets/*.lua),
--- loaded on first use: fashion_mnist, seq2seq, compare (tasks with true alignments), points,
--- copy_task, captions, caption_sources, scenes, shapes, batches; plus the helpers they share: Vocab
--- (datasets/vocab.lua), Rng (datasets/rng.lua).
+-- File readers (engine/io_gz.c): gzip through zlib, IDX arrays.  The library's data pieces:
+-- Vocab, Rng, batches (this folder).  Datasets (datasets/*.lua), loaded by name on first use:
+-- fashion_mnist, seq2seq, compare (tasks with true alignments), points, copy_task, captions,
+-- caption_sources, scenes, shapes, scene_text; data.register adds one's own.
 -- Every generator takes a seed and draws from its own generator, never from the global one
 -- that glimpse.manual_seed sets.
 --

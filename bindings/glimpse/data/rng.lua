@@ -1,4 +1,4 @@
---- datasets/rng.lua -- a small seeded random generator for the dataset generators.
+--- glimpse.data.Rng (glimpse.data.rng) -- a small seeded random generator for the dataset generators.
 --
 -- The generators must give the same data for the same seed on every machine, and must not
 -- draw from glimpse's global tensor generator (glimpse.manual_seed): making a dataset in the

@@ -1,4 +1,4 @@
---- datasets/vocab.lua -- token vocabularies shared by the sequence and caption datasets.
+--- glimpse.data.Vocab (glimpse.data.vocab) -- token vocabularies shared by the sequence and caption datasets.
 --
 -- Ids are 1-based and the four specials always come first, in this order:
 --   1 <pad>   2 <start>   3 <end>   4 <unk>

@@ -14,7 +14,7 @@ M.fail, M.strip = check.fail, check.strip
 -- a Vocab, a full id list (specials first, as vocab:totable() gives) or a token list
 local function make_vocab(cls, v, key, level)
   if type(v) ~= "table" then
-    fail(level + 1, "%s: option '%s' must be a vocabulary (datasets/vocab.lua) or a token list, " ..
+    fail(level + 1, "%s: option '%s' must be a vocabulary (glimpse.data.Vocab) or a token list, " ..
                     "got %s (or pass dataset=)", cls, key, type(v))
   end
   local Vocab = require "glimpse.data.vocab"
