@@ -13,14 +13,13 @@
 -- Layout: the page is at most 1200 px wide and every picture, chart and wide table scales
 -- down or scrolls inside its own box, so nothing runs off a 1280 px window.  Picture paths
 -- are written as given: make them relative to the page's folder.
+local check = require "glimpse.check"
 local util = require "glimpse.util"
 local dist = require "glimpse.lab.dist"
 
 local M = {}
 
-local function fail(level, fmt, ...)
-  error(string.format(fmt, ...), level + 1)
-end
+local fail = check.fail
 
 --- report.escape(s) -> s with & < > " ' as HTML entities.
 function M.escape(s)
