@@ -14,6 +14,7 @@
 -- down or scrolls inside its own box, so nothing runs off a 1280 px window.  Picture paths
 -- are written as given: make them relative to the page's folder.
 local check = require "glimpse.check"
+local options = require "glimpse.options"
 local util = require "glimpse.util"
 local dist = require "glimpse.lab.dist"
 
@@ -64,15 +65,19 @@ pre{white-space:pre-wrap;background:#f6f6f6;padding:0.6em;max-width:100%}
 local Page = {}
 Page.__index = Page
 
+Page.options = options.declare("report.Page", {
+  {"title", "string", "glimpse report", help = "the page's title and first heading"},
+})
+
 --- report.Page{title=} -> an empty page.
-function M.Page(opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(2, "report.Page: expected an options table {title=...}") end
-  if opts.title ~= nil and type(opts.title) ~= "string" then
-    fail(2, "report.Page: title must be a string, got %s", type(opts.title))
+setmetatable(Page, {__call = function(_, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(2, "report.Page: expected an options table {title=...}")
   end
-  return setmetatable({title = opts.title or "glimpse report", parts = {}}, Page)
-end
+  local o = Page.options:check(opts, 2)
+  return setmetatable({title = o.title, parts = {}}, Page)
+end})
+M.Page = Page
 
 local function add(self, s)
   self.parts[#self.parts + 1] = s
