@@ -80,7 +80,7 @@ local rows, records, failures, missing = compare.run{configs = configs, out = ar
 if not rows then return end                    -- another MPI rank: rank 0 writes
 run:write_run_json({configurations = #configs, failed = #failures})
 
--- the table's extremes on the long lengths, the number the issue asks to separate
+-- the table's extremes on the long lengths: how far apart the mechanisms are
 for _, task in ipairs(glimpse.data.compare.TASKS) do
   local best, worst
   for _, r in ipairs(rows) do

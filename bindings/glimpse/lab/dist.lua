@@ -2,21 +2,13 @@
 -- for data-parallel training (glimpse.train's `distributed = true`) and spreading a list of
 -- jobs over the ranks.
 --
---   local dist = glimpse.dist
---   dist.init()                          -- rank, size
---   dist.broadcast(w, 0)                 -- w (any shape) from rank 0, in place
---   dist.allreduce(g, "mean")            -- g (any shape) averaged over the ranks, in place
---   local all = dist.allgather(x)        -- x (shape...) -> (size, shape...)
+--   local rank, size = dist.init()
+--   dist.broadcast(w, 0); dist.allreduce(g, "mean"); local all = dist.allgather(x)
 --   for _, job in ipairs(dist.shard(jobs)) do ... end
 --
--- Started by a launcher (`mpirun -np 2 build/glimpse script.lua`, `srun`), each process is
--- one rank of the job; started on its own it is rank 0 of 1 and every call is the identity
--- (MPI or not), so a script runs the same way either way.  (A glimpse built without MPI that
--- a launcher starts as one of several ranks stops with an error instead.)  MPI is
--- loaded and initialised by init() (which every call here makes first), never by loading
--- glimpse or this module; bindings/l_dist.c says why.  Tensors are contiguous float32:
--- broadcast and allreduce hand their storage to MPI in place, without copies.
--- Ranks are 0-based, as in MPI: rank 0 is the root that writes files and prints.
+-- Under a launcher (mpirun, srun) each process is one rank; on its own it is rank 0 of 1 and
+-- every call is the identity.  MPI is loaded by init() only (bindings/l_dist.c says why);
+-- tensors go to MPI in place.  Ranks are 0-based: rank 0 is the root that writes and prints.
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local util = require "glimpse.util"

@@ -1,20 +1,16 @@
 --- glimpse.experiment -- what every experiment script does around its model: the common
 -- flags, seeding, threads, the output folder, the configuration header, run.json (how
--- the results were made, on what machine) and metrics.json.
+-- the results were made, on what machine), metrics.json and the HTML report.
 --
---   local experiment = glimpse.experiment
 --   local parser = experiment.parser("seq2seq", "Train a seq2seq model.",
 --                                    {steps = 4000, eval_every = 250, quick = {steps = 300}})
---   parser:option("--lr", "Adam learning rate", "0.003"):convert(tonumber)
+--   experiment.add_flags(parser, {batch = 64, lr = 3e-3})     -- or a spec's options as flags
 --   local args = experiment.parse(parser)
 --   local run = experiment.start(args, {name = "seq2seq", config = cfg})
---   ...
---   run:write_run_json()
---   run:write_metrics({accuracy = acc, history = history})
+--   ... run:write_run_json(); run:write_metrics({accuracy = acc, history = history})
 --
--- Flags come from lua-argparse (Debian package lua-argparse).  A --config FILE is a Lua file
--- returning a table of flag values ({lr = 0.01, steps = 500}, underscores for dashes); its
--- values replace the defaults, and flags given on the command line replace both.
+-- Flags come from lua-argparse.  --config FILE is a Lua file returning flag values; they
+-- replace the defaults, and flags given on the command line replace both.
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"

@@ -1,19 +1,14 @@
--- glimpse.progress -- progress bars for long-running work (training loops, evaluation,
+--- glimpse.progress -- progress bars for long-running work (training loops, evaluation,
 -- data preparation), in the spirit of Torch7's xlua.progress and tqdm.
 --
 --   local bar = glimpse.progress.Bar{total = 4000, label = "train"}
 --   for step = 1, 4000 do ...; bar:update(step, {loss = l}) end
 --   bar:finish()
 --
--- Two ways of showing the same numbers (count/total, percent, rate, elapsed, ETA, fields):
---   * on a terminal, one line redrawn in place with "\r", at most every `refresh` seconds
---     (0.1 by default) so a fast loop does not spend its time printing;
---   * anywhere else (a pipe, a CI log, a test), a plain line every `every` items or every
---     `interval` seconds, whichever comes first, so logs stay readable and greppable.
--- Whether the output is a terminal comes from glimpse._isatty (isatty() on the file
--- descriptor of io.stdout or io.stderr); Lua has no isatty of its own, and an environment
--- check (TERM) would call a pipe inside a terminal a terminal.  GLIMPSE_PROGRESS=plain|tty
--- overrides the check, and so does the `tty` option.
+-- On a terminal one line is redrawn in place at most every `refresh` seconds; anywhere else
+-- (a pipe, a log) a plain line comes every `every` items or `interval` seconds.  Whether the
+-- output is a terminal is isatty() on its descriptor (glimpse._isatty), overridden by
+-- GLIMPSE_PROGRESS=plain|tty or the `tty` option.
 local glimpse = require "glimpse"
 local options = require "glimpse.options"
 local whole = require("glimpse.optim.base").whole

@@ -2,17 +2,13 @@
 -- paragraphs, tables, pictures, strips of pictures and SVG line charts, written atomically
 -- as one self-contained index.html (no scripts, no outside CSS or JS).
 --
---   local report = glimpse.report
---   local page = report.Page{title = "seq2seq on reversal"}
---   page:heading("Learning curve")
+--   local page = glimpse.report.Page{title = "seq2seq on reversal"}
 --   page:chart({{name = "train loss", points = {{1, 2.3}, {100, 0.4}}}}, {xlabel = "step"})
 --   page:table({{"score", "accuracy"}, {"additive", 0.98}}, {header = true})
---   page:images({"alignment_1.png", "alignment_2.png"})
 --   page:write("out/seq2seq/index.html")
 --
--- Layout: the page is at most 1200 px wide and every picture, chart and wide table scales
--- down or scrolls inside its own box, so nothing runs off a 1280 px window.  Picture paths
--- are written as given: make them relative to the page's folder.
+-- The page is at most 1200 px wide; pictures, charts and wide tables scale down or scroll in
+-- their own box.  Picture paths are written as given: relative to the page's folder.
 local check = require "glimpse.check"
 local options = require "glimpse.options"
 local util = require "glimpse.util"

@@ -1,19 +1,14 @@
---- glimpse.reproduce -- the papers' tables by one command: every table this project reproduces,
--- each run of each table one script command on a step budget with a fixed seed, its numbers
--- read back from the script's metrics.json and set beside the paper's.
+--- glimpse.reproduce -- the papers' tables by one command: each run of each table is one
+-- script command on a step budget with a fixed seed, its numbers read back from the script's
+-- metrics.json and set beside the paper's (the tables: glimpse.reproduce_tables).
 --
---   local reproduce = require "glimpse.lab.reproduce"
 --   reproduce.run{mode = "quick", out = "out/reproduce", results = "results",
 --                 doc = "docs/results.md"}                 -- `make reproduce QUICK=1`
 --
--- A table is a list of runs (commands of scripts/*.lua, through their command line: nothing
--- of a script is duplicated here); a run gives rows (what was measured, the paper's number,
--- glimpse's).  After each run, RESULTS/<table>.json is rewritten (atomically), so a killed
--- reproduction resumes: a run already done with the same command is kept and skipped.
--- Checkpoints and the scripts' own outputs go to OUT/<table>/<run>/ (not committed); each
--- run records the command that re-evaluates its checkpoint (--steps 0 --load) where the
--- script has one.  Modes: "full" (the step budgets of the results page, hours), "quick"
--- (minutes), "tiny" (seconds: the tests).
+-- RESULTS/<table>.json is rewritten after each run, so a killed reproduction resumes (a run
+-- done with the same command is kept).  Outputs go to OUT/<table>/<run>/; each run records
+-- the command that re-evaluates its checkpoint.  Modes: "full" (hours), "quick" (minutes),
+-- "tiny" (seconds: the tests).
 local check = require "glimpse.check"
 local options = require "glimpse.options"
 local util = require "glimpse.util"

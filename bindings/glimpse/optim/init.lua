@@ -3,16 +3,14 @@
 --   local opt = optim.Adam(model:parameters(), {lr = 1e-3})
 --   local sched = optim.CosineAnnealingLR(opt, {T_max = 1000})
 --   for step = 1, 1000 do
---     opt:zero_grad(); loss(model):backward()
---     optim.clip_grad_norm(model:parameters(), 1.0)
+--     opt:zero_grad(); loss(model):backward(); optim.clip_grad_norm(model:parameters(), 1.0)
 --     opt:step(); sched:step()
 --   end
 --
--- The update rules are PyTorch 1.13's (the arithmetic is engine/optim.c, one fused loop per
--- parameter tensor); this file keeps the books: param groups, lazily made state, step
--- counts, a state_dict that glimpse.save writes and that resumes bit for bit.  Each class's
--- options are one glimpse.options spec, `optim.Adam.options`.  Schedules are optim/sched.lua,
--- clipping optim/clip.lua; every public name is glimpse.optim's.
+-- PyTorch 1.13's update rules (the arithmetic is engine/optim.c); here the books: param
+-- groups, lazily made state, a state_dict that resumes bit for bit.  Each class's options
+-- are a glimpse.options spec (optim.Adam.options).  Schedules: optim/sched.lua; clipping:
+-- optim/clip.lua.
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"

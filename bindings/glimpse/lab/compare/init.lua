@@ -2,17 +2,12 @@
 -- x task x seed), each trained on a step budget with a fixed seed in its own worker process,
 -- measured the same way, gathered into results.json, results.md and an HTML page.
 --
---   local compare = glimpse.compare
---   local s = compare.settings{steps = 600}                         -- training and test sizes
+--   local s = compare.settings{steps = 600}
 --   local configs, skipped = compare.grid{mechanisms = {"additive/soft", "rnnenc"},
 --                                         tasks = {"reversal"}, seeds = 2, settings = s}
---   local record = compare.run_config(configs[1])                   -- one, in this process
---   compare.run{configs = configs, out = "out/compare", jobs = 2}   -- all, resumable
+--   compare.run{configs = configs, out = "out/compare", jobs = 2}   -- resumable
 --
--- A mechanism is "score/mode" (glimpse.attention.SCORES / MODES, on models.Seq2Seq),
--- "score/mode+sup" (supervised attention on the true alignment), "rnnenc" (no attention) or
--- "transformer" / "transformer-learned".  The pieces, for a driver that splits the work
--- differently: compare/grid.lua (settings, grid, shard), measure.lua (run_config),
+-- The parts: compare/grid.lua (settings, mechanisms, grid, shard), measure.lua (run_config),
 -- scheduler.lua (pending, run_local, work, gather), summary.lua, page.lua (markdown, write).
 -- The options of settings, grid, run and run_local are compare.<name>_options.
 local options = require "glimpse.options"

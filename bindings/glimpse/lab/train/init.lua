@@ -1,17 +1,14 @@
 --- glimpse.train -- the training loop every experiment shares: the Trainer.
 --
 --   local trainer = glimpse.train.Trainer{model = model, optimizer = {"Adam", lr = 3e-3},
---                                         data = train_set, batch_size = 32, seed = 1,
---                                         steps = 2000, clip = 1.0,
+--                                         data = train_set, batch_size = 32, steps = 2000,
 --                                         eval_every = 200, evaluate = function(m, step) ... end}
 --   local history = trainer:fit()
 --
--- The model contract: an nn.Module with model:loss(batch) -> loss (a scalar tensor), stats
--- (nil or a table of numbers) and model:train() / model:evaluate().  The options are one
--- glimpse.options spec, Trainer.options (docs/api/train.md).  Results depend on the step
--- budget, never on the clock; a checkpoint lets a killed or interrupted (Ctrl-C) run resume
--- with the same batches and random draws.  The methods live in train/step.lua (one step),
--- log.lua (averages, evaluations), checkpoint.lua and parallel.lua (distributed = true).
+-- The model contract: model:loss(batch) -> loss (a scalar tensor), stats (nil or numbers).
+-- The options are Trainer.options (docs/api/train.md).  The step budget ends a run; a
+-- checkpoint resumes a killed or interrupted run with the same batches and draws.  The
+-- methods: train/step.lua, log.lua, checkpoint.lua, parallel.lua (distributed = true).
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
