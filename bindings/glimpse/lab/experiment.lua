@@ -132,7 +132,8 @@ function M.add_flags(parser, values, names, overrides)
     if not SHARED[k] then
       local near = check.nearest(tostring(k), SHARED_ORDER)
       fail(2, "experiment.add_flags: unknown flag '%s' (%sknown: %s)", tostring(k),
-           near and string.format("did you mean '%s'? ", near) or "", table.concat(SHARED_ORDER, ", "))
+           near and string.format("did you mean '%s'? ", near) or "",
+           table.concat(SHARED_ORDER, ", "))
     end
   end
   for _, key in ipairs(SHARED_ORDER) do

@@ -359,7 +359,7 @@ end
 --- to the page width.  Returns the page.
 function Page:chart(series, opts)
   local ok, svg = pcall(M.chart_svg, series, opts)
-  if not ok then fail(2, "page:%s", tostring(svg):gsub("^[^:]*:%d+: ", "")) end
+  if not ok then fail(2, "page:%s", check.strip(svg)) end
   return add(self, "<figure>" .. svg .. "</figure>")
 end
 

@@ -156,7 +156,9 @@ S.MultiStepLR = scheduler_class {
   }),
   check = function(self, level)
     for i, m in ipairs(self.milestones) do
-      if type(m) ~= "number" then fail(level + 1, "MultiStepLR: milestone %d is not a number", i) end
+      if type(m) ~= "number" then
+        fail(level + 1, "MultiStepLR: milestone %d is not a number", i)
+      end
     end
     table.sort(self.milestones)
   end,
@@ -232,7 +234,8 @@ S.LinearLR = scheduler_class {
   }),
   check = function(self, level)
     if not (self.start_factor > 0) then
-      fail(level + 1, "LinearLR: start_factor must be in (0, 1], got %s", tostring(self.start_factor))
+      fail(level + 1, "LinearLR: start_factor must be in (0, 1], got %s",
+           tostring(self.start_factor))
     end
   end,
   lr_at = function(self, base, e)

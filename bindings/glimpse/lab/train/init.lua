@@ -37,7 +37,8 @@ local OPTIONS = options.declare("Trainer", {
   {"drop_last", "boolean", false, help = "drop each epoch's short last batch"},
   {"rng", "table", nil,
    help = "function data's glimpse.data.Rng (default Rng.new(seed, \"train.data\"))"},
-  {"time_limit", "number", nil, range = {0}, help = "seconds (> 0) after which fit() stops: a guard"},
+  {"time_limit", "number", nil, range = {0},
+   help = "seconds (> 0) after which fit() stops: a guard"},
   {"clip", "number", nil, range = {0}, help = "clip the gradients' global L2 norm to this (> 0)"},
   {"clip_value", "number", nil, range = {0}, help = "clamp each gradient entry to [-v, v] (> 0)"},
   {"schedule", "table|function", nil,
@@ -209,7 +210,8 @@ setmetatable(Trainer, {__call = function(_, user)
   self.eval_every = o.eval_every
   self.evaluate = o.evaluate
   if self.eval_every and not self.evaluate then
-    fail(2, "Trainer: option 'eval_every' needs option 'evaluate' = function(model, step) -> metrics")
+    fail(2, "Trainer: option 'eval_every' needs option 'evaluate' = function(model, step) -> "
+         .. "metrics")
   end
   self.eval_at_end = o.eval_at_end
   self.target = check_target(o.target, "target", 2)
