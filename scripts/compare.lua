@@ -19,6 +19,9 @@ local experiment, compare, util = glimpse.experiment, glimpse.compare, glimpse.u
 
 local QUICK_MECHANISMS = "additive/soft,dot/soft,general/local-m,general/local-p," ..
                          "additive/monotonic,rnnenc,transformer"
+local SETTINGS = {"batch", "lr", "hidden", "train_n", "valid_n", "test_n", "supervise"}
+local GRID = {"mechanisms", "scores", "modes", "baselines", "tasks", "seeds"}
+local TASKS = table.concat(glimpse.data.compare.TASKS, ",")
 
 local parser = experiment.parser("compare", "Compare attention mechanisms on tasks that " ..
                                  "separate them.", {
@@ -26,71 +29,42 @@ local parser = experiment.parser("compare", "Compare attention mechanisms on tas
   quick = {steps = 250, mechanisms = QUICK_MECHANISMS, tasks = "reversal", seeds = 2,
            train_n = 3000, valid_n = 100, test_n = 50, test_lengths = "10,30,50",
            eval_every = 100}})
-parser:option("--mechanisms", "comma list of score/mode[+sup], rnnenc, transformer, " ..
-              "transformer-learned (default: the standard grid)")
-parser:option("--scores", "comma list of scores (with --modes: every pair): " ..
-              table.concat(glimpse.attention.SCORES, ","))
-parser:option("--modes", "comma list of modes: " .. table.concat(glimpse.attention.MODES, ","),
-              "soft")
-parser:option("--baselines", "with --scores: comma list of rnnenc, transformer, " ..
-              "transformer-learned", "rnnenc,transformer")
-parser:option("--tasks", "comma list: " .. table.concat(glimpse.data.compare.TASKS, ","),
-              table.concat(glimpse.data.compare.TASKS, ","))
-parser:option("--seeds", "seeds per configuration (1..N)", "3"):convert(tonumber)
-parser:option("--jobs", "worker processes (default: one per core)"):convert(tonumber)
-parser:option("--batch", "batch size", tostring(compare.DEFAULTS.batch)):convert(tonumber)
-parser:option("--lr", "Adam learning rate (RNN models)", tostring(compare.DEFAULTS.lr))
-  :convert(tonumber)
-parser:option("--hidden", "RNN decoder size", tostring(compare.DEFAULTS.hidden)):convert(tonumber)
-parser:option("--train-n", "training examples", tostring(compare.DEFAULTS.train_n))
-  :convert(tonumber)
-parser:option("--valid-n", "validation examples (training lengths)",
-              tostring(compare.DEFAULTS.valid_n)):convert(tonumber)
-parser:option("--test-n", "test examples per length", tostring(compare.DEFAULTS.test_n))
-  :convert(tonumber)
+experiment.add_flags(parser, compare.grid_options, GRID, {
+  mechanisms = {help = "comma list of score/mode[+sup], rnnenc, transformer, " ..
+                       "transformer-learned (default: the standard grid)"},
+  scores = {help = "comma list of scores (with --modes: every pair): " ..
+                   table.concat(glimpse.attention.SCORES, ",")},
+  modes = {default = "soft", help = "comma list of modes: " ..
+                                    table.concat(glimpse.attention.MODES, ",")},
+  baselines = {default = "rnnenc,transformer",
+               help = "with --scores: comma list of rnnenc, transformer, transformer-learned"},
+  tasks = {default = TASKS, help = "comma list: " .. TASKS},
+  seeds = {help = "seeds per configuration (1..N)"}})
+experiment.add_flags(parser, compare.run_options, {"jobs"},
+                     {jobs = {help = "worker processes (default: one per core)"}})
+experiment.add_flags(parser, compare.settings_options, SETTINGS)
 parser:option("--test-lengths", "comma list of test source lengths", "10,20,30,40,50")
-parser:option("--supervise", "weight of the supervised-attention loss (+sup mechanisms)",
-              tostring(compare.DEFAULTS.supervise)):convert(tonumber)
 parser:flag("--report-only", "run nothing: write the outputs from the configurations " ..
             "finished so far in --out")
 local args = experiment.parse(parser)
-
-local function ints(s, what)
-  local t = {}
-  for x in tostring(s):gmatch("[^,%s]+") do
-    local n = math.tointeger(tonumber(x))
-    if not n or n < 1 then parser:error(what .. ": '" .. x .. "' is not a positive integer") end
-    t[#t + 1] = n
-  end
-  return t
-end
-
-local function whole(v, what)
-  local n = math.tointeger(v)
-  if not n or n < 1 then parser:error(what .. " must be a positive integer") end
-  return n
-end
-
-local settings = compare.settings{
-  steps = args.steps, eval_every = args.eval_every, batch = whole(args.batch, "--batch"),
-  lr = args.lr, hidden = whole(args.hidden, "--hidden"), train_n = whole(args.train_n, "--train-n"),
-  valid_n = whole(args.valid_n, "--valid-n"), test_n = whole(args.test_n, "--test-n"),
-  test_lengths = ints(args.test_lengths, "--test-lengths"), supervise = args.supervise}
 if args.steps < 1 then parser:error("--steps must be at least 1") end
 
-local mechanisms = args.mechanisms
-if not mechanisms and not args.scores then mechanisms = compare.MECHANISMS end
-local ok, configs, skipped = pcall(compare.grid, {
-  mechanisms = mechanisms, scores = args.scores, modes = args.modes,
-  baselines = args.baselines, tasks = args.tasks, seeds = whole(args.seeds, "--seeds"),
-  settings = settings})
-if not ok then parser:error(tostring(configs):gsub("^.-:%d+: ", "")) end
+local given = compare.settings_options:from_args(args, SETTINGS)
+given.steps, given.eval_every = args.steps, args.eval_every
+given.test_lengths = experiment.int_list(parser, "--test-lengths", args.test_lengths, 1)
+local settings = compare.settings(given)
+
+local o = compare.grid_options:from_args(args, GRID)
+if not o.mechanisms and not o.scores then o.mechanisms = compare.MECHANISMS end
+o.settings = settings
+local ok, configs, skipped = pcall(compare.grid, o)
+if not ok then parser:error(glimpse.check.strip(configs)) end
 -- under mpirun each rank runs its share of the grid on one worker; rank 0 writes and prints
 local rank, ranks = glimpse.dist.init()
 for _, s in ipairs(skipped) do
   if rank == 0 then print(string.format("compare: skipping %s: %s", s.mechanism, s.reason)) end
 end
-local jobs = args.jobs and whole(args.jobs, "--jobs") or compare.cores()
+local jobs = args.jobs or compare.cores()
 if ranks > 1 then jobs = 1 end
 
 util.mkdir_p(args.out)
@@ -106,7 +80,7 @@ local rows, records, failures, missing = compare.run{configs = configs, out = ar
 if not rows then return end                    -- another MPI rank: rank 0 writes
 run:write_run_json({configurations = #configs, failed = #failures})
 
--- the table's extremes on the long lengths, the number the issue asks to separate
+-- the table's extremes on the long lengths: how far apart the mechanisms are
 for _, task in ipairs(glimpse.data.compare.TASKS) do
   local best, worst
   for _, r in ipairs(rows) do

@@ -17,17 +17,18 @@ local reproduce = require "glimpse.lab.reproduce"
 local parser = experiment.parser("reproduce", "Run the papers' tables and write the results page.",
                                  {out = "out/reproduce"})
 parser:flag("--tiny", "seconds per table (the tests): numbers that mean nothing")
-parser:option("--tables", "comma list of tables (default: all)")
-parser:option("--runs", "comma list of run ids (default: all; the others are kept as recorded)")
-parser:option("--results", "folder of the <table>.json files (default results; --tiny: OUT/results)")
-parser:option("--doc", "the results page (default docs/results.md; --tiny: OUT/results.md)")
+experiment.add_flags(parser, reproduce.run_options, {"tables", "runs", "results", "doc"}, {
+  tables = {help = "comma list of tables (default: all)"},
+  runs = {help = "comma list of run ids (default: all; the others are kept as recorded)"},
+  results = {help = "folder of the <table>.json files (default results; --tiny: OUT/results)"},
+  doc = {help = "the results page (default docs/results.md; --tiny: OUT/results.md)"}})
 parser:option("--exe", "the glimpse executable the runs use (default: this one)")
 parser:flag("--list", "list the tables and their runs, run nothing")
 local args = experiment.parse(parser)
 if args.tiny and args.quick then parser:error("--tiny and --quick: choose one") end
 
 local ok, tables = pcall(reproduce.select, args.tables)
-if not ok then parser:error((tostring(tables):gsub("^.-:%d+: ", ""))) end
+if not ok then parser:error(require("glimpse.check").strip(tables)) end
 if args.list then
   for _, t in ipairs(tables) do
     local ids = {}
@@ -45,11 +46,11 @@ local exe = args.exe or arg[-1] or "build/glimpse"
 local timer = require("glimpse.util").Timer()
 local records = reproduce.run{mode = mode, out = args.out, results = args.results, doc = args.doc,
                               tables = args.tables, runs = args.runs, exe = exe}
-local counts = {done = 0, failed = 0, skipped = 0}
+local counts = {done = 0, failed = 0}
 for _, t in ipairs(tables) do
   for _, r in pairs(records[t.name].runs) do counts[r.status] = (counts[r.status] or 0) + 1 end
 end
-print(string.format("reproduce (%s): %d runs done, %d failed, %d skipped in %.0fs; wrote %s/*.json "
-                    .. "and %s", mode, counts.done, counts.failed, counts.skipped, timer:elapsed(),
+print(string.format("reproduce (%s): %d runs done, %d failed in %.0fs; wrote %s/*.json and %s",
+                    mode, counts.done, counts.failed, timer:elapsed(),
                     args.results, args.doc))
 if counts.failed > 0 then os.exit(1) end

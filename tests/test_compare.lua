@@ -45,7 +45,8 @@ function T.test_mechanism_names_are_checked()
   lu.assertErrorMsgContains("is not score/mode", compare.parse_mechanism, "dot")
   lu.assertErrorMsgContains("unknown task", compare.grid, {mechanisms = {"dot/soft"},
                                                            tasks = {"juggling"}})
-  lu.assertErrorMsgContains("unknown setting 'stepz'", compare.settings, {stepz = 3})
+  lu.assertErrorMsgContains("compare.settings: unknown option 'stepz' (did you mean 'steps'?",
+                            compare.settings, {stepz = 3})
 end
 
 function T.test_shards_partition_the_grid()

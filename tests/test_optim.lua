@@ -1,5 +1,6 @@
--- tests/test_optim.lua -- glimpse.optim: optimizers (engine/optim.c, bindings/l_optim.c,
--- bindings/glimpse/optim.lua), gradient clipping, learning-rate schedules, state_dict.
+-- tests/test_optim.lua -- glimpse.optim's optimizers (engine/optim.c, bindings/l_optim.c,
+-- bindings/glimpse/optim/init.lua) and state_dict; clipping and schedules are
+-- tests/test_optim_sched.lua.
 --
 -- Three kinds of evidence:
 --   * each optimizer against a naive double-precision reference of its update rule written
@@ -7,7 +8,6 @@
 --   * agreement with PyTorch 1.13 (tests/fixtures/fixtures_optim.py): 20-step trajectories on
 --     loss = sum((x W^T + b - y)^2), both closed loop (glimpse computes the gradients) and
 --     open loop (PyTorch's recorded gradients are fed in, isolating the update rule);
---     clip_grad_norm_; the schedulers' lr sequences;
 --   * resume exactness: N steps straight == k steps, glimpse.save, glimpse.load into fresh
 --     params/optimizer/schedule, N-k steps (bit for bit).
 local lu = require "luaunit"
@@ -20,8 +20,6 @@ local T = {}
 local HAND_TOL = 2e-6         -- float32 kernel vs double reference, relative (+ same absolute)
 local TORCH_CLOSED_TOL = 1e-5 -- relative to the tensor's largest entry, glimpse-computed grads
 local TORCH_OPEN_TOL = 5e-6   -- same, with PyTorch's own gradients fed in
-local LR_TOL = 1e-6           -- schedules: relative (the fixture went through float32)
-local CLIP_TOL = 1e-5
 local FIXTURES = "tests/fixtures/"
 local STEPS = 20
 
@@ -365,7 +363,7 @@ function T.test_bad_options_are_refused_with_clear_errors()
   err("unknown option 'learning_rate'", function() optim.Adam({p}, {learning_rate = 1}) end)
   err("nesterov", function() optim.SGD({p}, {lr = 0.1, nesterov = true}) end)
   err("beta", function() optim.Adam({p}, {betas = {0.9, 1.0}}) end)
-  err("invalid lr", function() optim.Adam({p}, {lr = -1}) end)
+  err("option 'lr' must be a number >= 0", function() optim.Adam({p}, {lr = -1}) end)
   err("empty parameter list", function() optim.Adam({}) end)
   err("more than one parameter group", function() optim.Adam({p, p}) end)
   err("not a leaf", function() optim.Adam({p * 2}) end)
@@ -464,143 +462,6 @@ function T.test_glimpse_gradients_of_the_problem_match_pytorch()
   problem_grads(fx, W, b)
   assert_close(W.grad, fx["adam.gW"]:select(1, 1), 1e-6, "dW")
   assert_close(b.grad, fx["adam.gb"]:select(1, 1), 1e-6, "db")
-end
-
--- ---------------------------------------------------------------------------------------
--- gradient clipping
-
-local function clip_params(fx)
-  local ps = {}
-  for i, k in ipairs {"g1", "g2", "g3"} do
-    local g = fx["grad." .. k]
-    ps[i] = glimpse.zeros(g.shape):requires_grad()
-    ps[i].grad = g:clone()
-  end
-  return ps
-end
-
-function T.test_clip_grad_norm_matches_pytorch()
-  local fx = fixture("optim_clip")
-  for _, c in ipairs {{"2", 2}, {"1", 1}, {"3", 3}, {"inf", math.huge}} do
-    local ps = clip_params(fx)
-    local total = optim.clip_grad_norm(ps, 1.0, c[2])
-    local want = fx["clip." .. c[1] .. ".total"]:item()
-    assert_close({total}, {want}, within(CLIP_TOL), "total norm " .. c[1])
-    for i, k in ipairs {"g1", "g2", "g3"} do
-      assert_close(ps[i].grad, fx["clip." .. c[1] .. "." .. k], CLIP_TOL,
-                   "clipped " .. k .. " norm " .. c[1])
-    end
-    -- after clipping, the norm is max_norm
-    assert_close({optim.grad_norm(ps, c[2])}, {1.0}, within(1e-5), "norm after " .. c[1])
-  end
-end
-
-function T.test_clip_grad_norm_leaves_small_gradients_alone()
-  local p, q = param({0, 0}), param({5})
-  set_grad(p, {0.3, 0.4})
-  local total = optim.clip_grad_norm({p, q}, 1.0, {norm_type = 2})
-  assert_close({total}, {0.5}, within(1e-7))
-  lu.assertEquals(flat(p.grad), flat(glimpse.tensor({0.3, 0.4})))
-  lu.assertEquals(optim.clip_grad_norm({q}, 1.0), 0.0)   -- no gradients at all
-end
-
-function T.test_clip_grad_norm_can_refuse_nonfinite_norms()
-  local p = param({0, 0})
-  set_grad(p, {math.huge, 1})
-  local ok, e = pcall(optim.clip_grad_norm, {p}, 1.0, {error_if_nonfinite = true})
-  lu.assertFalse(ok)
-  lu.assertStrContains(e, "non-finite")
-end
-
-function T.test_clip_grad_value_clamps_each_entry()
-  local p, q = param({0, 0, 0}), param({0})
-  set_grad(p, {-3, 0.5, 2})
-  set_grad(q, {-0.1})
-  optim.clip_grad_value({p, q}, 1)
-  lu.assertEquals(flat(p.grad), {-1, 0.5, 1})
-  assert_close(flat(q.grad), {-0.1}, within(1e-7))
-end
-
--- ---------------------------------------------------------------------------------------
--- schedules
-
-local function two_group_sgd()
-  return optim.SGD({{params = {param({0})}, lr = 0.1}, {params = {param({0})}, lr = 0.01}},
-                   {lr = 0.1})
-end
-
-local SCHEDULES = {
-  steplr = function(o) return optim.StepLR(o, {step_size = 3, gamma = 0.5}) end,
-  multisteplr = function(o) return optim.MultiStepLR(o, {milestones = {2, 5, 5, 9}, gamma = 0.3}) end,
-  exponentiallr = function(o) return optim.ExponentialLR(o, {gamma = 0.9}) end,
-  cosine = function(o) return optim.CosineAnnealingLR(o, {T_max = 10, eta_min = 0.001}) end,
-  linearlr = function(o)
-    return optim.LinearLR(o, {start_factor = 0.25, end_factor = 1.0, total_iters = 4})
-  end,
-  lambdalr = function(o)
-    return optim.LambdaLR(o, {lr_lambda = function(e) return 1.0 / (1.0 + 0.5 * e) end})
-  end,
-  warmup = function(o)
-    local after = optim.CosineAnnealingLR(o, {T_max = 10})
-    return optim.LinearWarmup(o, {warmup_steps = 5, start_factor = 0.1, after = after})
-  end,
-}
-
-local function lr_sequence(sched, opt, n)
-  local seq = {{opt.param_groups[1].lr, opt.param_groups[2].lr}}
-  for e = 1, n do
-    sched:step()
-    seq[e + 1] = {opt.param_groups[1].lr, opt.param_groups[2].lr}
-  end
-  return seq
-end
-
-function T.test_schedules_match_pytorch_lr_sequences()
-  local fx = fixture("optim_sched")
-  for name, make in pairs(SCHEDULES) do
-    local want = fx["lr." .. name]:totable()
-    local opt = two_group_sgd()
-    local sched = make(opt)
-    local got = lr_sequence(sched, opt, #want - 1)
-    for e = 1, #want do
-      for g = 1, 2 do
-        local d = math.abs(got[e][g] - want[e][g])
-        if not (d <= LR_TOL * math.abs(want[e][g]) + 1e-12) then
-          lu.fail(string.format("%s epoch %d group %d: lr %.10g, PyTorch %.10g", name, e - 1, g,
-                                got[e][g], want[e][g]))
-        end
-      end
-    end
-    lu.assertEquals(sched:get_lr(), got[#got], name)
-  end
-end
-
-function T.test_linear_warmup_without_after_holds_the_base_lr()
-  local p = param({0})
-  local opt = optim.SGD({p}, {lr = 1.0})
-  local s = optim.LinearWarmup(opt, {warmup_steps = 4})
-  local seq = {}
-  for e = 1, 6 do
-    seq[e] = s:get_lr()[1]
-    s:step()
-  end
-  assert_close(seq, {0, 0.25, 0.5, 0.75, 1, 1}, within(1e-12))
-end
-
-function T.test_schedule_state_resumes_the_same_lr_sequence()
-  for name, make in pairs(SCHEDULES) do
-    local opt = two_group_sgd()
-    local full = lr_sequence(make(opt), opt, 12)
-    local opt1 = two_group_sgd()
-    local s1 = make(opt1)
-    lr_sequence(s1, opt1, 7)
-    local meta = s1:state_dict("sched.")
-    local opt2 = two_group_sgd()
-    local s2 = make(opt2)
-    s2:load_state_dict(meta, "sched.")
-    local rest = lr_sequence(s2, opt2, 5)
-    for e = 1, 6 do lu.assertEquals(rest[e], full[7 + e], name .. " epoch " .. (6 + e)) end
-  end
 end
 
 -- ---------------------------------------------------------------------------------------

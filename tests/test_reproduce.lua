@@ -3,8 +3,7 @@
 -- this suite) write RESULTS/<table>.json and the results page; a second run keeps what is
 -- done; a run lost to a kill (missing from the JSON) or failed runs again, alone; a
 -- checkpoint re-evaluated with --steps 0 --load gives the recorded numbers; a run stopped
--- short of its step budget is not taken as done; the compare
--- tables are skipped with a message when glimpse.compare is absent.
+-- short of its step budget is not taken as done; the compare tables run too.
 local lu = require "luaunit"
 local reproduce = require "glimpse.lab.reproduce"
 local util = require "glimpse.util"
@@ -57,16 +56,10 @@ function T.test_tiny_run_writes_json_per_table_and_the_page()
   lu.assertStrContains(page, hull.command)
 end
 
-function T.test_compare_tables_run_or_say_why_they_are_skipped()
+function T.test_compare_tables_run()
   local r = first_run().rec.luong_local.runs.dates
-  if package.searchpath("glimpse.lab.compare", package.path) then
-    lu.assertEquals(r.status, "done", tostring(r.reason))
-    lu.assertTrue(#r.rows >= 3)
-  else
-    lu.assertEquals(r.status, "skipped")
-    lu.assertStrContains(r.reason, "glimpse.lab.compare")
-    lu.assertStrContains(H.read_file(first_run().dir .. "/results.md"), "skipped: glimpse.compare")
-  end
+  lu.assertEquals(r.status, "done", tostring(r.reason))
+  lu.assertTrue(#r.rows >= 3)
 end
 
 function T.test_second_run_keeps_finished_runs_and_reruns_the_lost_one()
@@ -202,7 +195,7 @@ function T.test_bad_input_is_refused_by_name()
   lu.assertStrContains(err, "unknown table 'nope'")
   ok, err = pcall(reproduce.run, {mode = "huge", out = "x", results = "y", doc = "z"})
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "reproduce.run: mode must be full, quick or tiny")
+  lu.assertStrContains(err, "reproduce.run: option 'mode' must be one of full, quick, tiny")
   ok, err = pcall(reproduce.run, {mode = "tiny", results = "y", doc = "z"})
   lu.assertFalse(ok)
   lu.assertStrContains(err, "option 'out'")

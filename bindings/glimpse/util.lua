@@ -10,12 +10,11 @@
 -- escaping strings; the layout (sorted keys, optional indentation, shortest round-trip
 -- numbers, NaN/inf as null) is done here so the same results give the same bytes.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
 
 local M = {}
 
-local function fail(level, fmt, ...)
-  error(string.format(fmt, ...), level + 1)
-end
+local fail = check.fail
 
 local cjson_mod, cjson_err
 local function cjson(fname)

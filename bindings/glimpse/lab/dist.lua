@@ -2,22 +2,15 @@
 -- for data-parallel training (glimpse.train's `distributed = true`) and spreading a list of
 -- jobs over the ranks.
 --
---   local dist = glimpse.dist
---   dist.init()                          -- rank, size
---   dist.broadcast(w, 0)                 -- w (any shape) from rank 0, in place
---   dist.allreduce(g, "mean")            -- g (any shape) averaged over the ranks, in place
---   local all = dist.allgather(x)        -- x (shape...) -> (size, shape...)
+--   local rank, size = dist.init()
+--   dist.broadcast(w, 0); dist.allreduce(g, "mean"); local all = dist.allgather(x)
 --   for _, job in ipairs(dist.shard(jobs)) do ... end
 --
--- Started by a launcher (`mpirun -np 2 build/glimpse script.lua`, `srun`), each process is
--- one rank of the job; started on its own it is rank 0 of 1 and every call is the identity
--- (MPI or not), so a script runs the same way either way.  (A glimpse built without MPI that
--- a launcher starts as one of several ranks stops with an error instead.)  MPI is
--- loaded and initialised by init() (which every call here makes first), never by loading
--- glimpse or this module; bindings/l_dist.c says why.  Tensors are contiguous float32:
--- broadcast and allreduce hand their storage to MPI in place, without copies.
--- Ranks are 0-based, as in MPI: rank 0 is the root that writes files and prints.
+-- Under a launcher (mpirun, srun) each process is one rank; on its own it is rank 0 of 1 and
+-- every call is the identity.  MPI is loaded by init() only (bindings/l_dist.c says why);
+-- tensors go to MPI in place.  Ranks are 0-based: rank 0 is the root that writes and prints.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
 local util = require "glimpse.util"
 
 local M = {}
@@ -25,14 +18,9 @@ local M = {}
 local state = {rank = 0, size = 1, backend = "none"}
 local started = false
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 3)
-end
-
 local function check_tensor(fname, t)
   if not glimpse.is_tensor(t) then     -- level 3: the caller of the dist function
-    error(string.format("glimpse.dist.%s: bad argument #1 (a tensor expected, got %s)", fname,
-                        type(t)), 3)
+    check.fail(3, "glimpse.dist.%s: bad argument #1 (a tensor expected, got %s)", fname, type(t))
   end
 end
 
@@ -83,8 +71,8 @@ function M.broadcast(t, root)
   root = root or 0
   local size = M.size()
   if math.type(root) ~= "integer" or root < 0 or root >= size then
-    fail("glimpse.dist.broadcast: bad argument #2 (root must be a rank 0..%d, got %s)", size - 1,
-         tostring(root))
+    check.fail(2, "glimpse.dist.broadcast: bad argument #2 (root must be a rank 0..%d, got %s)",
+               size - 1, tostring(root))
   end
   if size > 1 then glimpse._dist_broadcast(t, root) end
   return t
@@ -98,8 +86,8 @@ function M.allreduce(t, op)
   check_tensor("allreduce", t)
   op = op or "sum"
   if not OPS[op] then
-    fail("glimpse.dist.allreduce: bad argument #2 (op must be \"sum\", \"mean\", \"max\" or "
-         .. "\"min\", got %s)", tostring(op))
+    check.fail(2, "glimpse.dist.allreduce: bad argument #2 (op must be \"sum\", \"mean\", "
+               .. "\"max\" or \"min\", got %s)", tostring(op))
   end
   local size = M.size()
   if size == 1 then return t end
@@ -120,7 +108,7 @@ end
 --- rank (i - 1) % size, so the ranks split a list of jobs without talking.
 function M.shard(list)
   if type(list) ~= "table" then
-    fail("glimpse.dist.shard: bad argument #1 (an array expected, got %s)", type(list))
+    check.fail(2, "glimpse.dist.shard: bad argument #1 (an array expected, got %s)", type(list))
   end
   local rank, size = M.init()
   local out = {}
@@ -132,10 +120,12 @@ end
 --- strings, numbers, booleans and tables (JSON's kinds) from every rank, in rank order.
 function M.gather_tables(tbl)
   if type(tbl) ~= "table" then
-    fail("glimpse.dist.gather_tables: bad argument #1 (a table expected, got %s)", type(tbl))
+    check.fail(2, "glimpse.dist.gather_tables: bad argument #1 (a table expected, got %s)", type(tbl))
   end
   local ok, text = pcall(util.json_encode, tbl)
-  if not ok then fail("glimpse.dist.gather_tables: the table is not JSON: %s", tostring(text)) end
+  if not ok then
+    check.fail(2, "glimpse.dist.gather_tables: the table is not JSON: %s", check.strip(text))
+  end
   if M.size() == 1 then return {util.json_decode(text)} end
   local out = {}
   for r, s in ipairs(glimpse._dist_allgather_strings(text)) do out[r] = util.json_decode(s) end
@@ -155,12 +145,12 @@ GradBucket.__index = GradBucket
 --- the whole global batch gives in one process.
 function M.GradBucket(params)
   if type(params) ~= "table" or #params == 0 then
-    fail("glimpse.dist.GradBucket: bad argument #1 (a non-empty array of tensors expected)")
+    check.fail(2, "glimpse.dist.GradBucket: bad argument #1 (a non-empty array of tensors expected)")
   end
   local n = 0
   for i, p in ipairs(params) do
     if not glimpse.is_tensor(p) then
-      fail("glimpse.dist.GradBucket: parameter %d is a %s, expected a tensor", i, type(p))
+      check.fail(2, "glimpse.dist.GradBucket: parameter %d is a %s, expected a tensor", i, type(p))
     end
     n = n + p:numel()
   end

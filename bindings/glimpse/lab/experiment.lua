@@ -1,29 +1,25 @@
 --- glimpse.experiment -- what every experiment script does around its model: the common
 -- flags, seeding, threads, the output folder, the configuration header, run.json (how
--- the results were made, on what machine) and metrics.json.
+-- the results were made, on what machine), metrics.json and the HTML report.
 --
---   local experiment = glimpse.experiment
 --   local parser = experiment.parser("seq2seq", "Train a seq2seq model.",
 --                                    {steps = 4000, eval_every = 250, quick = {steps = 300}})
---   parser:option("--lr", "Adam learning rate", "0.003"):convert(tonumber)
+--   experiment.add_flags(parser, {batch = 64, lr = 3e-3})     -- or a spec's options as flags
 --   local args = experiment.parse(parser)
 --   local run = experiment.start(args, {name = "seq2seq", config = cfg})
---   ...
---   run:write_run_json()
---   run:write_metrics({accuracy = acc, history = history})
+--   ... run:write_run_json(); run:write_metrics({accuracy = acc, history = history})
 --
--- Flags come from lua-argparse (Debian package lua-argparse).  A --config FILE is a Lua file
--- returning a table of flag values ({lr = 0.01, steps = 500}, underscores for dashes); its
--- values replace the defaults, and flags given on the command line replace both.
+-- Flags come from lua-argparse.  --config FILE is a Lua file returning flag values; they
+-- replace the defaults, and flags given on the command line replace both.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local util = require "glimpse.util"
 local dist = require "glimpse.lab.dist"
 
 local M = {}
 
-local function fail(level, fmt, ...)
-  error(string.format(fmt, ...), level + 1)
-end
+local fail = check.fail
 
 -- the common flags: name, help, default key, integer lower bound (nil: a number)
 local COMMON = {
@@ -88,6 +84,7 @@ function M.parser(name, description, defaults)
   rawset(parser, "_glimpse_no_steps", defaults.steps == false)
   rawset(parser, "_glimpse_name", name)
   rawset(parser, "_glimpse_ints", {})
+  rawset(parser, "_glimpse_specs", {})
   return parser
 end
 
@@ -113,14 +110,29 @@ local SHARED_ORDER = {"batch", "emb", "hidden", "attn_hidden", "layers", "lr", "
 --- clip (numbers), load (a path).  values[key] is the default, false for none, or a table
 --- {default, help} that replaces the standard help text.  experiment.parse checks the
 --- integer ones.
-function M.add_flags(parser, values)
+--- experiment.add_flags(parser, spec, names [, overrides]) -> parser: a flag for each named
+--- option of a glimpse.options spec (all when names is nil; Class.options), as
+--- spec:add_flags makes it; experiment.parse checks the values against the spec.
+function M.add_flags(parser, values, names, overrides)
   if type(parser) ~= "table" or rawget(parser, "_glimpse_ints") == nil then
     fail(2, "experiment.add_flags: expected a parser from experiment.parser")
+  end
+  if getmetatable(values) == options.Spec then
+    if names ~= nil and type(names) ~= "table" then
+      fail(2, "experiment.add_flags: names must be a list of option names, got %s", type(names))
+    end
+    local ok, err = pcall(values.add_flags, values, parser, names, overrides)
+    if not ok then fail(2, "experiment.add_flags: %s", check.strip(err)) end
+    local specs = parser._glimpse_specs
+    specs[#specs + 1] = {values, names or values.names}
+    return parser
   end
   if type(values) ~= "table" then fail(2, "experiment.add_flags: values must be a table") end
   for k in pairs(values) do
     if not SHARED[k] then
-      fail(2, "experiment.add_flags: unknown flag '%s' (known: %s)", tostring(k),
+      local near = check.nearest(tostring(k), SHARED_ORDER)
+      fail(2, "experiment.add_flags: unknown flag '%s' (%sknown: %s)", tostring(k),
+           near and string.format("did you mean '%s'? ", near) or "",
            table.concat(SHARED_ORDER, ", "))
     end
   end
@@ -193,7 +205,10 @@ function M.parse(parser, argv, opts)
   local function apply(values, what)
     for k, v in pairs(values) do
       if type(k) ~= "string" or not known[k] then
-        parse_error(parser, raise, string.format("%s: unknown flag '%s'", what, tostring(k)))
+        local names = {}
+        for name in pairs(known) do names[#names + 1] = name end
+        parse_error(parser, raise, string.format("%s: unknown flag '%s'%s", what, tostring(k),
+                                                 check.did_you_mean(tostring(k), names)))
       end
       if not given[k] then args[k] = v end
     end
@@ -238,6 +253,17 @@ function M.parse(parser, argv, opts)
       args[key] = v
     end
   end
+  for _, sn in ipairs(rawget(parser, "_glimpse_specs") or {}) do
+    local spec, names = sn[1], sn[2]
+    for _, name in ipairs(names) do      -- a --config file's 8.0 is the integer 8
+      local e = spec.by_name[name]
+      if e.type:find("int", 1, true) and math.type(args[name]) == "float" then
+        args[name] = math.tointeger(args[name]) or args[name]
+      end
+    end
+    local ok, err = pcall(spec.from_args, spec, args, names)
+    if not ok then parse_error(parser, raise, check.strip(err)) end
+  end
   return args
 end
 
@@ -269,7 +295,7 @@ end
 
 local function source_commit()
   local path = package.searchpath("glimpse.lab.experiment", package.path)
-  local root = path and path:match("^(.*)/bindings/glimpse/experiment%.lua$")
+  local root = path and path:match("^(.*)/bindings/glimpse/lab/experiment%.lua$")
   if not root or not util.is_dir(root .. "/.git") and not util.exists(root .. "/.git") then
     return nil
   end

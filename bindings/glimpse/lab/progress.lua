@@ -1,20 +1,17 @@
--- glimpse.progress -- progress bars for long-running work (training loops, evaluation,
+--- glimpse.progress -- progress bars for long-running work (training loops, evaluation,
 -- data preparation), in the spirit of Torch7's xlua.progress and tqdm.
 --
 --   local bar = glimpse.progress.Bar{total = 4000, label = "train"}
 --   for step = 1, 4000 do ...; bar:update(step, {loss = l}) end
 --   bar:finish()
 --
--- Two ways of showing the same numbers (count/total, percent, rate, elapsed, ETA, fields):
---   * on a terminal, one line redrawn in place with "\r", at most every `refresh` seconds
---     (0.1 by default) so a fast loop does not spend its time printing;
---   * anywhere else (a pipe, a CI log, a test), a plain line every `every` items or every
---     `interval` seconds, whichever comes first, so logs stay readable and greppable.
--- Whether the output is a terminal comes from glimpse._isatty (isatty() on the file
--- descriptor of io.stdout or io.stderr); Lua has no isatty of its own, and an environment
--- check (TERM) would call a pipe inside a terminal a terminal.  GLIMPSE_PROGRESS=plain|tty
--- overrides the check, and so does the `tty` option.
+-- On a terminal one line is redrawn in place at most every `refresh` seconds; anywhere else
+-- (a pipe, a log) a plain line comes every `every` items or `interval` seconds.  Whether the
+-- output is a terminal is isatty() on its descriptor (glimpse._isatty), overridden by
+-- GLIMPSE_PROGRESS=plain|tty or the `tty` option.
 local glimpse = require "glimpse"
+local options = require "glimpse.options"
+local whole = require("glimpse.optim.base").whole
 
 local M = {}
 
@@ -58,14 +55,6 @@ end
 local Bar = {}
 Bar.__index = Bar
 
-local function check_positive(name, v, integer)
-  if v == nil then return end
-  if type(v) ~= "number" or v <= 0 or (integer and math.type(v) ~= "integer" and v % 1 ~= 0) then
-    error(string.format("progress.Bar: option '%s' must be a positive %s, got %s", name,
-                        integer and "integer" or "number", tostring(v)), 3)
-  end
-end
-
 -- which file descriptor a Lua file handle writes to, when it is one of the standard two
 local function detect_tty(out)
   local env = os.getenv("GLIMPSE_PROGRESS")
@@ -77,39 +66,46 @@ local function detect_tty(out)
   return false
 end
 
+Bar.options = options.declare("progress.Bar", {
+  {"total", "int", nil, range = {1}, help = "number of items (nil: unknown, no percent or ETA)"},
+  {"label", "string|number", "", help = "shown before the count"},
+  {"every", "int", nil, range = {1}, help = "plain mode: a line every `every` items (total/10)"},
+  {"interval", "number", DEFAULT_INTERVAL, range = {0},
+   help = "plain mode: a line at least every `interval` seconds (> 0)"},
+  {"refresh", "number", DEFAULT_REFRESH, range = {0}, help = "terminal: seconds between redraws"},
+  {"unit", "string", "it", help = "the items' name in the rate"},
+  {"unit_scale", "number", 1, range = {0}, help = "items per counted step for the rate (> 0)"},
+  {"fields", "table", nil, help = "the order the fields appear in (others follow, sorted)"},
+  {"formats", "table", nil, help = "string.format patterns per field"},
+  {"time_limit", "number", nil, range = {0}, help = "the ETA is capped by the time left (> 0)"},
+  {"out", "any", nil, help = "a file handle (default io.stdout)"},
+  {"tty", "boolean", nil, help = "redraw one line in place (default: whether out is a terminal)"},
+  {"clock", "function", nil, help = "a function returning seconds (default glimpse.clock)"},
+  {"start", "number", 0, help = "the count at the start"},
+})
+
 --- progress.Bar{total=N, label="", every=K, interval=T, refresh=0.1, unit="it",
 --                unit_scale=1, fields={"loss", ...}, formats={loss="%.4f"}, time_limit=s,
 --                out=io.stdout, tty=auto, clock=glimpse.clock, start=0} -> bar
--- total: number of items (nil: unknown, no percent or ETA).  every/interval: plain mode
--- prints when the count passes a multiple of `every` (default total/10) or `interval`
--- seconds (default 30) have passed since the last line; the first update always prints.
--- unit_scale: items per counted step for the rate (a batch size shows images/s with
--- unit="img").  fields: the order user fields appear in (others follow, sorted); formats:
--- string.format patterns per field.  time_limit: the ETA is capped by the time left.
--- clock: a function returning seconds (inject one in tests).
-function M.Bar(opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then
+-- The options are progress.Bar.options.  every/interval: plain mode prints when the count
+-- passes a multiple of `every` or `interval` seconds have passed since the last line; the
+-- first update always prints.  unit_scale: a batch size shows images/s with unit="img".
+setmetatable(Bar, {__call = function(_, opts)
+  if opts ~= nil and type(opts) ~= "table" then
     error("progress.Bar: expected an options table {total=..., label=...}, got " .. type(opts), 2)
   end
-  check_positive("total", opts.total, true)
-  check_positive("every", opts.every, true)
-  check_positive("interval", opts.interval)
-  check_positive("unit_scale", opts.unit_scale)
-  check_positive("time_limit", opts.time_limit)
-  if opts.refresh ~= nil and (type(opts.refresh) ~= "number" or opts.refresh < 0) then
-    error("progress.Bar: option 'refresh' must be a number >= 0, got " .. tostring(opts.refresh), 2)
+  local o = Bar.options:check(whole(Bar.options, opts), 2)
+  for _, name in ipairs({"interval", "unit_scale", "time_limit"}) do
+    if o[name] ~= nil and not (o[name] > 0) then
+      error(string.format("progress.Bar: option '%s' must be a positive number, got %s", name,
+                          tostring(o[name])), 2)
+    end
   end
-  if opts.clock ~= nil and type(opts.clock) ~= "function" then
-    error("progress.Bar: option 'clock' must be a function returning seconds", 2)
-  end
-  local out = opts.out or io.stdout
+  local out = o.out or io.stdout
   if type(out) ~= "userdata" and type(out) ~= "table" then
     error("progress.Bar: option 'out' must be a file handle (io.stdout, io.stderr, ...)", 2)
   end
-  if opts.start ~= nil and type(opts.start) ~= "number" then
-    error("progress.Bar: option 'start' must be a number, got " .. tostring(opts.start), 2)
-  end
+  opts = o
   local clock = opts.clock or glimpse.clock
   local total = opts.total and math.tointeger(opts.total) or nil
   local self = setmetatable({}, Bar)
@@ -138,7 +134,8 @@ function M.Bar(opts)
   self.width = 0             -- length of the line on screen (terminal mode)
   self.done = false
   return self
-end
+end})
+M.Bar = Bar
 
 --- bar:elapsed() -> seconds since the bar started, not counting paused time.
 function Bar:elapsed()

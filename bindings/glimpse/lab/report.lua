@@ -2,25 +2,21 @@
 -- paragraphs, tables, pictures, strips of pictures and SVG line charts, written atomically
 -- as one self-contained index.html (no scripts, no outside CSS or JS).
 --
---   local report = glimpse.report
---   local page = report.Page{title = "seq2seq on reversal"}
---   page:heading("Learning curve")
+--   local page = glimpse.report.Page{title = "seq2seq on reversal"}
 --   page:chart({{name = "train loss", points = {{1, 2.3}, {100, 0.4}}}}, {xlabel = "step"})
 --   page:table({{"score", "accuracy"}, {"additive", 0.98}}, {header = true})
---   page:images({"alignment_1.png", "alignment_2.png"})
 --   page:write("out/seq2seq/index.html")
 --
--- Layout: the page is at most 1200 px wide and every picture, chart and wide table scales
--- down or scrolls inside its own box, so nothing runs off a 1280 px window.  Picture paths
--- are written as given: make them relative to the page's folder.
+-- The page is at most 1200 px wide; pictures, charts and wide tables scale down or scroll in
+-- their own box.  Picture paths are written as given: relative to the page's folder.
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local util = require "glimpse.util"
 local dist = require "glimpse.lab.dist"
 
 local M = {}
 
-local function fail(level, fmt, ...)
-  error(string.format(fmt, ...), level + 1)
-end
+local fail = check.fail
 
 --- report.escape(s) -> s with & < > " ' as HTML entities.
 function M.escape(s)
@@ -65,15 +61,19 @@ pre{white-space:pre-wrap;background:#f6f6f6;padding:0.6em;max-width:100%}
 local Page = {}
 Page.__index = Page
 
+Page.options = options.declare("report.Page", {
+  {"title", "string", "glimpse report", help = "the page's title and first heading"},
+})
+
 --- report.Page{title=} -> an empty page.
-function M.Page(opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(2, "report.Page: expected an options table {title=...}") end
-  if opts.title ~= nil and type(opts.title) ~= "string" then
-    fail(2, "report.Page: title must be a string, got %s", type(opts.title))
+setmetatable(Page, {__call = function(_, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(2, "report.Page: expected an options table {title=...}")
   end
-  return setmetatable({title = opts.title or "glimpse report", parts = {}}, Page)
-end
+  local o = Page.options:check(opts, 2)
+  return setmetatable({title = o.title, parts = {}}, Page)
+end})
+M.Page = Page
 
 local function add(self, s)
   self.parts[#self.parts + 1] = s
@@ -359,7 +359,7 @@ end
 --- to the page width.  Returns the page.
 function Page:chart(series, opts)
   local ok, svg = pcall(M.chart_svg, series, opts)
-  if not ok then fail(2, "page:%s", tostring(svg):gsub("^[^:]*:%d+: ", "")) end
+  if not ok then fail(2, "page:%s", check.strip(svg)) end
   return add(self, "<figure>" .. svg .. "</figure>")
 end
 

@@ -1,19 +1,16 @@
---- glimpse.reproduce -- the papers' tables by one command: every table this project reproduces,
--- each run of each table one script command on a step budget with a fixed seed, its numbers
--- read back from the script's metrics.json and set beside the paper's.
+--- glimpse.reproduce -- the papers' tables by one command: each run of each table is one
+-- script command on a step budget with a fixed seed, its numbers read back from the script's
+-- metrics.json and set beside the paper's (the tables: glimpse.reproduce_tables).
 --
---   local reproduce = require "glimpse.lab.reproduce"
 --   reproduce.run{mode = "quick", out = "out/reproduce", results = "results",
 --                 doc = "docs/results.md"}                 -- `make reproduce QUICK=1`
 --
--- A table is a list of runs (commands of scripts/*.lua, through their command line: nothing
--- of a script is duplicated here); a run gives rows (what was measured, the paper's number,
--- glimpse's).  After each run, RESULTS/<table>.json is rewritten (atomically), so a killed
--- reproduction resumes: a run already done with the same command is kept and skipped.
--- Checkpoints and the scripts' own outputs go to OUT/<table>/<run>/ (not committed); each
--- run records the command that re-evaluates its checkpoint (--steps 0 --load) where the
--- script has one.  Modes: "full" (the step budgets of the results page, hours), "quick"
--- (minutes), "tiny" (seconds: the tests).
+-- RESULTS/<table>.json is rewritten after each run, so a killed reproduction resumes (a run
+-- done with the same command is kept).  Outputs go to OUT/<table>/<run>/; each run records
+-- the command that re-evaluates its checkpoint.  Modes: "full" (hours), "quick" (minutes),
+-- "tiny" (seconds: the tests).
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local util = require "glimpse.util"
 local experiment = require "glimpse.lab.experiment"
 local tables = require "glimpse.lab.reproduce_tables"
@@ -22,7 +19,7 @@ local M = {}
 M.MODES = {full = true, quick = true, tiny = true}
 M.TABLES = tables.TABLES
 
-local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
+local fail = check.fail
 
 -- the command of one run (a list of words), its output folder and its step budget
 local function command_of(exe, tbl, run, mode, out)
@@ -53,14 +50,14 @@ end
 function M.select(names)
   if names == nil then return M.TABLES end
   names = words_of(names)
-  if type(names) ~= "table" then fail("reproduce.select: names must be a list, got %s", type(names)) end
+  if type(names) ~= "table" then fail(2, "reproduce.select: names must be a list, got %s", type(names)) end
   local by, out = {}, {}
   for _, t in ipairs(M.TABLES) do by[t.name] = t end
   for _, n in ipairs(names) do
     if not by[n] then
       local have = {}
       for _, t in ipairs(M.TABLES) do have[#have + 1] = t.name end
-      fail("reproduce: unknown table '%s' (have %s)", tostring(n), table.concat(have, ", "))
+      fail(2, "reproduce: unknown table '%s' (have %s)", tostring(n), table.concat(have, ", "))
     end
     out[#out + 1] = by[n]
   end
@@ -70,10 +67,6 @@ end
 -- one run: the script's command, then its metrics.json turned into rows
 local function do_run(o, tbl, run, words, dir, steps)
   local rec = {id = run.id, command = join(words), steps = steps, mode = o.mode}
-  if run.needs and not package.searchpath(run.needs, package.path) then
-    rec.status, rec.reason = "skipped", run.needs .. " is not in this build (" .. run.needs_why .. ")"
-    return rec
-  end
   util.mkdir_p(dir)
   local m = experiment.machine()
   rec.machine = {cpu = m.cpu, cores = m.cores, loadavg = m.loadavg, commit = m.commit}
@@ -136,11 +129,23 @@ end
 local function id_set(runs)
   if runs == nil then return nil end
   runs = words_of(runs)
-  if type(runs) ~= "table" then fail("reproduce.run: option 'runs' must be a list of run ids, got %s", type(runs)) end
+  if type(runs) ~= "table" then fail(2, "reproduce.run: option 'runs' must be a list of run ids, got %s", type(runs)) end
   local set = {}
   for _, x in ipairs(runs) do set[x] = true end
   return set
 end
+
+M.run_options = options.declare("reproduce.run", {
+  {"mode", "string", nil, choices = {"full", "quick", "tiny"}, required = true,
+   help = "full: the results page's budgets (hours); quick: minutes; tiny: seconds (tests)"},
+  {"out", "string", nil, required = true, help = "folder of the runs' checkpoints and outputs"},
+  {"results", "string", nil, required = true, help = "folder of the <table>.json records"},
+  {"doc", "string", nil, required = true, help = "the markdown page written at the end"},
+  {"tables", "table|string", nil, help = "table names, a list or a comma list (default all)"},
+  {"runs", "table|string", nil, help = "run ids, a list or a comma list (default all)"},
+  {"exe", "string", "build/glimpse", help = "the glimpse executable the runs use"},
+  {"log", "function", nil, help = "function(line) for the progress lines (default print)"},
+})
 
 --- reproduce.run{mode="full"|"quick"|"tiny", out=, results=, doc=, tables=, runs=, exe=, log=}
 --- -> {table name -> record}: runs what is not done yet, writes RESULTS/<table>.json after
@@ -149,13 +154,15 @@ end
 --- all) -- the tables' other runs are neither run nor changed, so two drivers can run two
 --- runs of one table side by side (each writes its run into the file as it is on disk then).
 --- exe: the glimpse executable (default build/glimpse); log: a function(line) (default print).
-function M.run(o)
-  if type(o) ~= "table" then fail("reproduce.run: expected an options table, got %s", type(o)) end
-  if not M.MODES[o.mode] then fail("reproduce.run: mode must be full, quick or tiny, got %s", tostring(o.mode)) end
-  for _, k in ipairs({"out", "results", "doc"}) do
-    if type(o[k]) ~= "string" or o[k] == "" then fail("reproduce.run: option '%s' must be a path", k) end
+function M.run(user)
+  if type(user) ~= "table" then
+    fail(2, "reproduce.run: expected an options table, got %s", type(user))
   end
-  o.exe, o.log = o.exe or "build/glimpse", o.log or print
+  local o = M.run_options:check(user, 2)
+  for _, k in ipairs({"out", "results", "doc"}) do
+    if o[k] == "" then fail(2, "reproduce.run: option '%s' must be a path, got ''", k) end
+  end
+  o.log = o.log or print
   local only = id_set(o.runs)
   util.mkdir_p(o.results)
   local all = {}
@@ -250,7 +257,7 @@ function M.write_page(path, tbls, records, o)
     L[#L + 1] = ""
     for _, run in ipairs(tbl.runs) do
       local r = rec.runs[run.id]
-      if r and r.status ~= "skipped" then
+      if r then
         local la, commit = r.machine and r.machine.loadavg, r.machine and r.machine.commit
         L[#L + 1] = string.format("- `%s`: %s steps (mode %s), %s%s%s", run.id, cell(r.steps),
                                   cell(r.mode), r.seconds and string.format("%.0f s wall", r.seconds) or "",

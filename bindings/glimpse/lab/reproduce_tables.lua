@@ -1,9 +1,9 @@
 --- glimpse.reproduce_tables -- what `make reproduce` runs (glimpse.reproduce is the driver): the
 -- papers' tables, each a list of runs of scripts/*.lua with their flags per mode ("full",
 -- "quick", "tiny"), step budgets, and a rows(metrics, mode) that reads the script's
--- metrics.json into rows {label=, paper=, glimpse=}.  Paper numbers: /work/shared
--- REFERENCES.md (Vinyals et al. 2015; Graves et al. 2014; Xu et al. 2015; Bahdanau et al.
--- 2015; Luong et al. 2015).
+-- metrics.json into rows {label=, paper=, glimpse=}.  Papers: Vinyals et al. 2015; Graves et
+-- al. 2014; Xu et al. 2015; Bahdanau et al. 2015; Luong et al. 2015.  How each full budget
+-- and recipe was chosen, with the speeds they rest on: docs/experiments/reproduce.md.
 local M = {}
 
 local function pct(x) return x and string.format("%.1f%%", 100 * x) or nil end
@@ -20,11 +20,9 @@ end
 -- ---------------------------------------------------------------------------------------
 -- pointer networks (scripts/pointer.lua)
 
--- the model and the decoding per mode.  full: the recipe that did best at equal steps on this
--- machine (docs/experiments/reproduce.md: a larger LSTM, Adam lr 3e-3 with a cosine schedule,
--- tsp: its fixed training set augmented; the glimpse did not help), one model per size, each
--- budget at most 30 minutes of training on one idle core of this machine; the paper's recipe
--- is pointer.lua's --paper
+-- the model and the decoding per mode.  full: the recipe that did best at equal steps
+-- (docs/experiments/reproduce.md), one model per size; the paper's recipe is pointer.lua's
+-- --paper
 local function pointer_flags(mode)
   return by(mode, {
     full = {"--hidden", 128, "--emb", 128, "--cosine", "--lr", 0.003, "--batch", 64,
@@ -97,12 +95,9 @@ end
 M.TABLES = {}
 local T = M.TABLES
 
--- full budgets, each at most 30 minutes of training on one idle core of this machine (this
--- recipe's speed there: hull n=5 113 steps/s, hull n=10 64.6, tsp n=10 20.5; 20,000 steps of
--- hull n=5 are 3 minutes, 100,000 of hull n=10 26 minutes (at 40,000 it was still rising:
--- 86.6% beam), 20,000 of tsp n=10 16 minutes); the cosine schedule runs over each budget; on
--- the shared machine (load 4-6) the wall time is 2 to 8 times the idle one.  Hull and tsp
--- n=10 with Bello et al.'s logit clipping (C = 10), tsp n=10 with its fixed set augmented
+-- full budgets (each at most 30 minutes of training on one idle core; the cosine schedule
+-- runs over each); hull and tsp n=10 with Bello et al.'s logit clipping (C = 10), tsp n=10
+-- with its fixed set augmented
 local HULL5_FULL, HULL10_FULL, TSP10_FULL, TSP10_TRAIN = 20000, 100000, 20000, 30000
 local HULL_EXTRA = {full = {"--logit-clip", 10}, quick = {}, tiny = {}}
 local TSP10_EXTRA = {full = {"--augment", "--logit-clip", 10}, quick = {}, tiny = {}}
@@ -144,10 +139,8 @@ T[#T + 1] = {name = "pointer_tsp", note = POINTER_NOTE, title = "Ptr-Net: TSP (V
 -- ---------------------------------------------------------------------------------------
 -- NTM copy (scripts/ntm_copy.lua)
 
--- full: the paper's NTM (RMSProp 1e-4; it copied every test sequence up to length 120 with no
--- bit error after about 2,400 steps in docs/experiments/ntm_copy.md) and the LSTM with Adam
--- 1e-3 (RMSProp 1e-4 is slow for it), the same 10,000 steps each: 11 minutes of training on one
--- idle core for either (about 15 steps/s at these flags), tested up to length 120 (memory 128)
+-- full: the paper's NTM (RMSProp 1e-4) and the LSTM with Adam 1e-3 (RMSProp 1e-4 is slow for
+-- it), the same 10,000 steps each, tested up to length 120 (memory 128)
 local NTM_STEPS = {full = 10000, quick = 1500, tiny = 2}
 
 local function ntm_run(model)
@@ -189,10 +182,9 @@ T[#T + 1] = {name = "ntm_copy", title = "NTM copy vs LSTM (Graves et al. 2014, s
 -- ---------------------------------------------------------------------------------------
 -- Show, Attend and Tell on scenes (scripts/caption.lua, through its command line)
 
--- full: issue 12's Done-when commands, `scripts/caption.lua --attention soft|hard` with the
--- script's own defaults (20000 scenes, 6 epochs of batch 32 = 3750 steps, 500 test scenes,
--- beam 3), one thread, no overlay pictures and a generous time guard (results come from the
--- step budget, so neither changes the numbers)
+-- full: `scripts/caption.lua --attention soft|hard` with the script's own defaults (20000
+-- scenes, 6 epochs of batch 32 = 3750 steps, 500 test scenes, beam 3), one thread, no overlay
+-- pictures and a generous time guard (neither changes the numbers)
 local function caption_run(kind)
   return {id = kind, script = "scripts/caption.lua", steps = {full = 3750, quick = 200, tiny = 2},
     checkpoint = "model.safetensors",           -- --load it with --steps 0: evaluated again
@@ -225,13 +217,12 @@ T[#T + 1] = {name = "sat_scenes", title = "Show, Attend and Tell: soft vs hard (
   runs = {caption_run("soft"), caption_run("hard")}}
 
 -- ---------------------------------------------------------------------------------------
--- the compare harness (scripts/compare.lua, glimpse.compare: issue 11)
+-- the compare harness (scripts/compare.lua, glimpse.compare)
 
 -- full: one worker process (each configuration runs seeded on one BLAS thread, so the numbers
--- do not depend on --jobs; one worker keeps to one core of the shared machine)
+-- do not depend on --jobs)
 local function compare_run(id, mechanisms, rows)
   return {id = id, script = "scripts/compare.lua", metrics = "results.json",
-    needs = "glimpse.lab.compare", needs_why = "the compare harness is not in this build",
     steps = {full = 2000, quick = 300, tiny = 2},
     no_eval = "compare keeps each configuration's result in its runs/ folder, not a checkpoint: "
               .. "re-running the command reuses them",

@@ -1,18 +1,11 @@
---- glimpse.optim_base -- what glimpse.optim's parts share (private; use glimpse.optim).
---
--- Errors at the caller's level, deep copies, the exact JSON a state_dict's metadata holds,
--- option checking and the class factory of optimizers and schedules.  glimpse/optim.lua
--- (optimizers), optim_sched.lua (schedules) and optim_clip.lua (clipping) use it.
+--- glimpse.optim.base -- what glimpse.optim's parts share (private; use glimpse.optim): deep
+-- copies, the exact JSON a state_dict's metadata holds, whole numbers for integer options,
+-- and the class factory of optimizers and schedules.  optim/init.lua (optimizers),
+-- optim/sched.lua (schedules) and optim/clip.lua (clipping) use it.
 local cjson = require "cjson"
+local check = require "glimpse.check"
 
 local B = {}
-
---- B.fail(level, fmt, ...): error(string.format(fmt, ...)) blaming `level` frames above the
---- caller of fail.
-function B.fail(level, fmt, ...)
-  error(string.format(fmt, ...), level + 1)
-end
-local fail = B.fail
 
 --- B.copy(v) -> a deep copy of a table (other values as they are).
 function B.copy(v)
@@ -21,9 +14,6 @@ function B.copy(v)
   for k, x in pairs(v) do t[k] = B.copy(x) end
   return t
 end
-
---- B.REQUIRED marks an option without a default in a class's defaults.
-B.REQUIRED = setmetatable({}, {__tostring = function() return "<required>" end})
 
 -- The shortest decimal form of x that reads back as the same double.
 local function number_str(x)
@@ -86,10 +76,12 @@ end
 --- a missing entry or bad JSON is an error blamed `level` frames up.
 function B.from_json(s, what, level)
   if type(s) ~= "string" then
-    fail(level + 1, "load_state_dict: metadata '%s' is missing", what)
+    check.fail(level + 1, "load_state_dict: metadata '%s' is missing", what)
   end
   local ok, v = pcall(cjson.decode, s)
-  if not ok then fail(level + 1, "load_state_dict: metadata '%s' is not valid JSON (%s)", what, v) end
+  if not ok then
+    check.fail(level + 1, "load_state_dict: metadata '%s' is not valid JSON (%s)", what, v)
+  end
   return v
 end
 
@@ -98,22 +90,31 @@ function B.as_int(x)
   return math.tointeger(x) or x
 end
 
---- B.check_options(cls, opts, level) -> opts (or {}): a table whose keys are all in
---- cls.defaults; errors name cls.name.
-function B.check_options(cls, opts, level)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(level + 1, "%s: options must be a table", cls.name) end
-  for k in pairs(opts) do
-    if cls.defaults[k] == nil then
-      fail(level + 1, "%s: unknown option '%s'", cls.name, tostring(k))
+--- B.whole(spec, o) -> o, or a copy of it whose integer options given as integral floats
+--- (10.0, read from JSON or computed) are integers, so that spec:check takes them
+function B.whole(spec, o)
+  if type(o) ~= "table" then return o end
+  local out
+  for k, v in pairs(o) do
+    local e = type(k) == "string" and spec.by_name[k]
+    if e and e.type:find("int", 1, true) and math.type(v) == "float" and math.tointeger(v) then
+      out = out or B.copy_shallow(o)
+      out[k] = math.tointeger(v)
     end
   end
-  return opts
+  return out or o
+end
+
+--- B.copy_shallow(t) -> a new table with t's entries
+function B.copy_shallow(t)
+  local out = {}
+  for k, v in pairs(t) do out[k] = v end
+  return out
 end
 
 --- B.class(spec, parent, new) -> spec as a class: instances look methods up in spec, then in
 --- parent; calling the class, cls(a, b), returns new(cls, a, b, level) with errors blamed on
---- the caller.
+--- the caller.  spec.options (a glimpse.options spec) is what `?` lists.
 function B.class(spec, parent, new)
   local cls = setmetatable(spec, {
     __index = parent,

@@ -1,5 +1,4 @@
---- glimpse.optim's gradient clipping (this file is glimpse/optim_clip.lua; optim.lua puts its
--- functions into glimpse.optim, so use them as optim.clip_grad_norm etc.).
+--- glimpse.optim's gradient clipping (optim/init.lua publishes it: optim.clip_grad_norm ...).
 --
 --   loss:backward()
 --   local total = optim.clip_grad_norm(model:parameters(), 1.0)   -- the norm before clipping
@@ -7,9 +6,9 @@
 --
 -- The arithmetic is engine/optim.c (one pass over all the gradients taken as one vector).
 local glimpse = require "glimpse"
-local base = require "glimpse.optim.base"
+local check = require "glimpse.check"
 
-local fail = base.fail
+local fail = check.fail
 
 local C = {}
 

@@ -1,41 +1,25 @@
 --- glimpse.optim -- optimizers, gradient clipping and learning-rate schedules.
 --
--- Optimizers keep PyTorch 1.13's update rules exactly (the arithmetic is engine/optim.c, one
--- fused loop per parameter tensor); this file does the bookkeeping: param groups, lazily
--- created state, step counts, state_dict in a form glimpse.save writes.
---
---   local optim = glimpse.optim
 --   local opt = optim.Adam(model:parameters(), {lr = 1e-3})
 --   local sched = optim.CosineAnnealingLR(opt, {T_max = 1000})
 --   for step = 1, 1000 do
---     opt:zero_grad()
---     local loss = glimpse.cross_entropy(model(x), y)
---     loss:backward()
---     optim.clip_grad_norm(model:parameters(), 1.0)
---     opt:step()
---     sched:step()
+--     opt:zero_grad(); loss(model):backward(); optim.clip_grad_norm(model:parameters(), 1.0)
+--     opt:step(); sched:step()
 --   end
 --
--- Checkpoints: opt:state_dict(prefix) returns (tensors, meta): a flat name -> tensor table
--- ("state.<i>.<buffer>", i the 1-based position of the parameter across the groups) and a
--- string -> string table ("optimizer", "param_groups" and "state" as JSON), both ready for
--- glimpse.save(path, tensors, meta).  Numbers are written with as many digits as they need to
--- read back identically, so a resumed run is bit-exact.
---
--- The module is four files: this one (the Optimizer machinery, the optimizers, merge),
--- optim_sched.lua (schedules), optim_clip.lua (clipping) and optim_base.lua (what they share:
--- errors, copies, exact JSON, option checks, the class factory).  Every public name is
--- glimpse.optim's.
+-- PyTorch 1.13's update rules (the arithmetic is engine/optim.c); here the books: param
+-- groups, lazily made state, a state_dict that resumes bit for bit.  Each class's options
+-- are a glimpse.options spec (optim.Adam.options).  Schedules: optim/sched.lua; clipping:
+-- optim/clip.lua.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local base = require "glimpse.optim.base"
 
-local fail, copy, REQUIRED = base.fail, base.copy, base.REQUIRED
+local fail, copy = check.fail, base.copy
 local to_json, from_json, as_int = base.to_json, base.from_json, base.as_int
 
 local M = {}
-
--- ---------------------------------------------------------------------------------------
--- helpers
 
 local function same_shape(a, b)
   local sa, sb = a.shape, b.shape
@@ -46,14 +30,11 @@ local function same_shape(a, b)
   return true
 end
 
-local function shape_str(t)
-  return "[" .. table.concat(t.shape, ",") .. "]"
-end
-
 -- ---------------------------------------------------------------------------------------
--- Optimizer: the shared machinery.  A class gives: name, defaults (REQUIRED marks an option
--- without one), limits (ranges of numeric options other than [0, inf)), check(group) (extra
--- validation, optional), buffers (state tensor names, in order), update(p, g, state, group).
+-- Optimizer: the shared machinery.  A class gives: name, options (a glimpse.options spec;
+-- a group takes each option from itself, the constructor's options or the default),
+-- check(group) (extra validation, optional), buffers (state tensor names, in order),
+-- update(p, g, state, group).
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -61,49 +42,30 @@ M.Optimizer = Optimizer
 
 local EXTRA_GROUP_KEYS = {params = true, name = true, initial_lr = true}
 
--- Check a filled group against the class: booleans where the default is one, numbers in
--- cls.limits[key] (default [0, inf)) where it is a number, then the class's own check.
-local function validate(cls, g, level)
-  for k, def in pairs(cls.defaults) do
-    local v = g[k]
-    if type(def) == "boolean" then
-      if type(v) ~= "boolean" then
-        fail(level + 1, "%s: %s must be a boolean, got %s", cls.name, k, type(v))
-      end
-    elseif type(def) == "number" or def == REQUIRED then
-      local lim = cls.limits and cls.limits[k] or {0, math.huge}
-      if type(v) ~= "number" then
-        fail(level + 1, "%s: %s must be a number, got %s", cls.name, k, type(v))
-      end
-      if not (v >= lim[1] and v <= lim[2]) then
-        fail(level + 1, "%s: invalid %s %s (expected a number in [%s, %s])", cls.name, k,
-             tostring(v), tostring(lim[1]), tostring(lim[2]))
-      end
-    end
-  end
-  if cls.check then cls.check(g, level + 1) end
-end
-
--- Fill a group from the defaults and validate it; returns a new table (the caller's is not
--- modified).
+-- Fill a group from the constructor's options and the defaults and check it; returns a new
+-- table (the caller's is not modified).
 local function make_group(cls, src, opts, level)
+  local spec = cls.options
   local group = {}
   for k, v in pairs(src) do
-    if cls.defaults[k] == nil and not EXTRA_GROUP_KEYS[k] then
-      fail(level + 1, "%s: unknown option '%s' in a param group", cls.name, tostring(k))
+    if not spec.by_name[k] and not EXTRA_GROUP_KEYS[k] then
+      fail(level + 1, "%s: unknown option '%s' in a param group%s", cls.name, tostring(k),
+           check.did_you_mean(tostring(k), spec.names))
     end
     group[k] = k == "params" and v or copy(v)
   end
-  for k, v in pairs(cls.defaults) do
+  for _, e in ipairs(spec.entries) do
+    local k = e.name
     if group[k] == nil then
-      if opts[k] ~= nil then group[k] = copy(opts[k]) elseif v ~= REQUIRED then group[k] = copy(v) end
+      if opts[k] ~= nil then group[k] = copy(opts[k]) else group[k] = copy(e.default) end
     end
     if group[k] == nil then
       fail(level + 1, "%s: option '%s' is required (e.g. %s(params, {%s = 0.01}))", cls.name, k,
            cls.name, k)
     end
+    spec:check_value(k, group[k], level + 1)
   end
-  validate(cls, group, level + 1)
+  if cls.check then cls.check(group, level + 1) end
   local params = group.params
   if type(params) ~= "table" then
     fail(level + 1, "%s: a param group's params must be an array of tensors", cls.name)
@@ -128,10 +90,17 @@ local function new_optimizer(cls, params, opts, level)
     fail(level + 1, "%s: expected an array of tensors or of param groups, got %s", cls.name,
          type(params))
   end
-  opts = base.check_options(cls, opts, level + 1)
+  local spec = cls.options
+  spec:known(opts, level + 1)
+  opts = opts or {}
+  for _, e in ipairs(spec.entries) do
+    if opts[e.name] ~= nil then spec:check_value(e.name, opts[e.name], level + 1) end
+  end
   local self = setmetatable({param_groups = {}, state = {}, defaults = {}}, cls)
-  for k, v in pairs(cls.defaults) do
-    if opts[k] ~= nil then self.defaults[k] = copy(opts[k]) else self.defaults[k] = v end
+  for _, e in ipairs(spec.entries) do
+    local v = opts[e.name]
+    if v == nil then v = e.default end
+    self.defaults[e.name] = copy(v)
   end
   local groups
   if glimpse.is_tensor(params) then
@@ -338,7 +307,7 @@ function Optimizer:load_state_dict(tensors, meta, prefix)
       if not glimpse.is_tensor(t) then fail(2, "load_state_dict: '%s' is not a tensor", name) end
       if not same_shape(t, params[i]) then
         fail(2, "load_state_dict: '%s' has shape %s, parameter %d has shape %s", name,
-             shape_str(t), i, shape_str(params[i]))
+             check.shape(t), i, check.shape(params[i]))
       end
       state[i][b] = t:clone()
     end
@@ -394,10 +363,15 @@ end
 --- after; d = nesterov and d + momentum*buf or buf; p -= lr*d.  lr is required.
 M.SGD = optimizer_class {
   name = "SGD",
-  defaults = {lr = REQUIRED, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false,
-              maximize = false},
+  options = options.declare("SGD", {
+    {"lr", "number", nil, range = {0}, required = true, help = "learning rate"},
+    {"momentum", "number", 0, range = {0}, help = "momentum factor"},
+    {"dampening", "number", 0, help = "dampening of the momentum"},
+    {"weight_decay", "number", 0, range = {0}, help = "L2 penalty, added to the gradient"},
+    {"nesterov", "boolean", false, help = "Nesterov momentum (momentum > 0, no dampening)"},
+    {"maximize", "boolean", false, help = "maximise the objective instead"},
+  }),
   buffers = {"momentum_buffer"},
-  limits = {dampening = {-math.huge, math.huge}},
   check = function(g, level)
     if g.nesterov and (g.momentum <= 0 or g.dampening ~= 0) then
       fail(level + 1, "SGD: nesterov momentum requires a momentum > 0 and zero dampening")
@@ -434,6 +408,17 @@ local function check_adam(c, g, level)
   end
 end
 
+local function adam_options(owner, weight_decay, decay_help)
+  return options.declare(owner, {
+    {"lr", "number", 1e-3, range = {0}, help = "learning rate"},
+    {"betas", "table", {0.9, 0.999}, help = "{beta1, beta2}, each in [0, 1): the averages' decay"},
+    {"eps", "number", 1e-8, range = {0}, help = "added to the denominator"},
+    {"weight_decay", "number", weight_decay, range = {0}, help = decay_help},
+    {"amsgrad", "boolean", false, help = "the maximum of the squared averages (AMSGrad)"},
+    {"maximize", "boolean", false, help = "maximise the objective instead"},
+  })
+end
+
 local function adam_update(decoupled)
   return function(p, g, st, group)
     local m, v, vmax = st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq
@@ -455,8 +440,7 @@ end
 --- amsgrad=false, maximize=false}).  L2 weight decay is added to the gradient.
 M.Adam = optimizer_class {
   name = "Adam",
-  defaults = {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, amsgrad = false,
-              maximize = false},
+  options = adam_options("Adam", 0, "L2 penalty, added to the gradient"),
   buffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
   check = function(g, level) check_adam(M.Adam, g, level + 1) end,
   update = adam_update(false),
@@ -466,8 +450,7 @@ M.Adam = optimizer_class {
 --- amsgrad=false, maximize=false}).  Decoupled decay: p *= 1 - lr*weight_decay each step.
 M.AdamW = optimizer_class {
   name = "AdamW",
-  defaults = {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 1e-2,
-              amsgrad = false, maximize = false},
+  options = adam_options("AdamW", 1e-2, "decoupled decay: p *= 1 - lr*weight_decay"),
   buffers = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
   check = function(g, level) check_adam(M.AdamW, g, level + 1) end,
   update = adam_update(true),
@@ -480,8 +463,15 @@ M.AdamW = optimizer_class {
 --- centered=false, maximize=false}).  Also spelled optim.RMSprop.
 M.RMSProp = optimizer_class {
   name = "RMSProp",
-  defaults = {lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0,
-              centered = false, maximize = false},
+  options = options.declare("RMSProp", {
+    {"lr", "number", 1e-2, range = {0}, help = "learning rate"},
+    {"alpha", "number", 0.99, range = {0}, help = "smoothing of the squared gradient's average"},
+    {"eps", "number", 1e-8, range = {0}, help = "added to the denominator"},
+    {"weight_decay", "number", 0, range = {0}, help = "L2 penalty, added to the gradient"},
+    {"momentum", "number", 0, range = {0}, help = "momentum factor"},
+    {"centered", "boolean", false, help = "divide by the gradient's estimated variance"},
+    {"maximize", "boolean", false, help = "maximise the objective instead"},
+  }),
   buffers = {"square_avg", "momentum_buffer", "grad_avg"},
   update = function(p, g, st, group)
     if not st.square_avg then st.square_avg = zeros_like(p) end
@@ -499,9 +489,14 @@ M.RMSprop = M.RMSProp
 --- Also spelled optim.Adadelta.
 M.AdaDelta = optimizer_class {
   name = "AdaDelta",
-  defaults = {lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0, maximize = false},
+  options = options.declare("AdaDelta", {
+    {"lr", "number", 1.0, range = {0}, help = "scale of the update"},
+    {"rho", "number", 0.9, range = {0, 1}, help = "smoothing of the running averages"},
+    {"eps", "number", 1e-6, range = {0}, help = "added inside the square roots"},
+    {"weight_decay", "number", 0, range = {0}, help = "L2 penalty, added to the gradient"},
+    {"maximize", "boolean", false, help = "maximise the objective instead"},
+  }),
   buffers = {"square_avg", "acc_delta"},
-  limits = {rho = {0, 1}},
   update = function(p, g, st, group)
     if not st.square_avg then
       st.square_avg, st.acc_delta = zeros_like(p), zeros_like(p)
@@ -516,8 +511,14 @@ M.Adadelta = M.AdaDelta
 --- eps=1e-10, maximize=false}).  clr = lr / (1 + (t-1)*lr_decay).
 M.Adagrad = optimizer_class {
   name = "Adagrad",
-  defaults = {lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0,
-              eps = 1e-10, maximize = false},
+  options = options.declare("Adagrad", {
+    {"lr", "number", 1e-2, range = {0}, help = "learning rate"},
+    {"lr_decay", "number", 0, range = {0}, help = "lr / (1 + (t-1)*lr_decay)"},
+    {"weight_decay", "number", 0, range = {0}, help = "L2 penalty, added to the gradient"},
+    {"initial_accumulator_value", "number", 0, range = {0}, help = "start of the sum of squares"},
+    {"eps", "number", 1e-10, range = {0}, help = "added to the denominator"},
+    {"maximize", "boolean", false, help = "maximise the objective instead"},
+  }),
   buffers = {"sum"},
   update = function(p, g, st, group)
     if not st.sum then st.sum = glimpse.full(p.shape, group.initial_accumulator_value) end

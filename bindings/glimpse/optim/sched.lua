@@ -1,5 +1,4 @@
---- glimpse.optim's learning-rate schedules (this file is glimpse/optim_sched.lua; optim.lua
--- puts them into glimpse.optim, so use them as optim.StepLR etc.).
+--- glimpse.optim's learning-rate schedules (optim/init.lua publishes them: optim.StepLR ...).
 --
 --   local sched = optim.CosineAnnealingLR(opt, {T_max = 1000})
 --   for step = 1, 1000 do ... opt:step(); sched:step() end
@@ -7,12 +6,14 @@
 -- A schedule sets each group's lr from that group's base lr (group.initial_lr, recorded the
 -- first time a schedule sees the optimizer) and the epoch counter last_epoch: closed forms,
 -- so the lr at a step depends on nothing but (base, epoch) and a resumed run gets the same
--- doubles.  Construction sets epoch 0 (the lr the first opt:step() uses); sched:step() after
--- opt:step() moves to the next.  The values agree with PyTorch 1.13's schedulers of the same
--- names (which compute them recursively) to float rounding.
+-- doubles.  Construction sets epoch 0; sched:step() after opt:step() moves to the next.  The
+-- values agree with PyTorch 1.13's schedulers of the same names to float rounding.  Each
+-- class's options are one glimpse.options spec, `optim.StepLR.options`.
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local optim_base = require "glimpse.optim.base"
 
-local fail, copy, REQUIRED = optim_base.fail, optim_base.copy, optim_base.REQUIRED
+local fail, copy = check.fail, optim_base.copy
 local to_json, from_json, as_int = optim_base.to_json, optim_base.from_json, optim_base.as_int
 
 local S = {}
@@ -25,17 +26,13 @@ local function new_scheduler(cls, opt, opts, level)
   if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
     fail(level + 1, "%s: the first argument must be an optimizer", cls.name)
   end
-  opts = optim_base.check_options(cls, opts, level + 1)
+  local o = cls.options:check(optim_base.whole(cls.options, opts), level + 1)
   local self = setmetatable({optimizer = opt, base_lrs = {}, last_epoch = -1}, cls)
-  for k, v in pairs(cls.defaults) do
-    local x = opts[k]
-    if x == nil then x = v end
-    if x == REQUIRED then
-      fail(level + 1, "%s: option '%s' is required", cls.name, k)
-    end
-    self[k] = k == "milestones" and copy(x) or x     -- `after` and lr_lambda stay themselves
+  for _, name in ipairs(cls.options.names) do
+    -- milestones are sorted in place: a copy; `after` and lr_lambda stay themselves
+    self[name] = name == "milestones" and copy(o[name]) or o[name]
   end
-  cls.check(self, level + 1)
+  if cls.check then cls.check(self, level + 1) end
   for i, group in ipairs(opt.param_groups) do
     if group.initial_lr == nil then group.initial_lr = group.lr end
     self.base_lrs[i] = group.initial_lr
@@ -80,7 +77,7 @@ Scheduler.get_last_lr = Scheduler.get_lr
 
 function Scheduler:_state()
   local s = {kind = self.name, last_epoch = self.last_epoch, base_lrs = copy(self.base_lrs)}
-  for k in pairs(self.defaults) do
+  for _, k in ipairs(self.options.names) do
     if k ~= "after" and k ~= "lr_lambda" then s[k] = copy(self[k]) end
   end
   if self.after then s.after = self.after:_state() end
@@ -99,7 +96,7 @@ function Scheduler:_load(s, level)
   end
   for k, v in pairs(s) do
     if k ~= "kind" and k ~= "after" and k ~= "base_lrs" and k ~= "last_epoch" then
-      if self.defaults[k] == nil then
+      if not self.options.by_name[k] then
         fail(level + 1, "load_state_dict: unknown %s field '%s'", self.name, tostring(k))
       end
       self[k] = type(v) == "number" and as_int(v) or copy(v)
@@ -139,28 +136,13 @@ function Scheduler:load_state_dict(meta, prefix)
   self:_load(from_json(s, prefix .. "scheduler", 2), 2)
 end
 
-local function positive_int(c, self, key, level)
-  local v = self[key]
-  if type(v) ~= "number" or v ~= math.floor(v) or v < 1 or v == math.huge then
-    fail(level + 1, "%s: %s must be a positive integer, got %s", c.name, key, tostring(v))
-  end
-  self[key] = math.tointeger(v)
-end
-
-local function number_opt(c, self, key, level)
-  if type(self[key]) ~= "number" then
-    fail(level + 1, "%s: %s must be a number, got %s", c.name, key, type(self[key]))
-  end
-end
-
 --- optim.StepLR(opt, {step_size=, gamma=0.1}): lr = base * gamma^floor(epoch / step_size).
 S.StepLR = scheduler_class {
   name = "StepLR",
-  defaults = {step_size = REQUIRED, gamma = 0.1},
-  check = function(self, level)
-    positive_int(S.StepLR, self, "step_size", level + 1)
-    number_opt(S.StepLR, self, "gamma", level + 1)
-  end,
+  options = options.declare("StepLR", {
+    {"step_size", "int", nil, range = {1}, required = true, help = "epochs between decays"},
+    {"gamma", "number", 0.1, help = "the factor of each decay"},
+  }),
   lr_at = function(self, base, e) return base * self.gamma ^ (e // self.step_size) end,
 }
 
@@ -168,16 +150,17 @@ S.StepLR = scheduler_class {
 --- milestones <= epoch).
 S.MultiStepLR = scheduler_class {
   name = "MultiStepLR",
-  defaults = {milestones = REQUIRED, gamma = 0.1},
+  options = options.declare("MultiStepLR", {
+    {"milestones", "table", nil, required = true, help = "the epochs of the decays"},
+    {"gamma", "number", 0.1, help = "the factor of each decay"},
+  }),
   check = function(self, level)
-    if type(self.milestones) ~= "table" then
-      fail(level + 1, "MultiStepLR: milestones must be an array of epochs")
-    end
     for i, m in ipairs(self.milestones) do
-      if type(m) ~= "number" then fail(level + 1, "MultiStepLR: milestone %d is not a number", i) end
+      if type(m) ~= "number" then
+        fail(level + 1, "MultiStepLR: milestone %d is not a number", i)
+      end
     end
     table.sort(self.milestones)
-    number_opt(S.MultiStepLR, self, "gamma", level + 1)
   end,
   lr_at = function(self, base, e)
     local n = 0
@@ -191,8 +174,9 @@ S.MultiStepLR = scheduler_class {
 --- optim.ExponentialLR(opt, {gamma=}): lr = base * gamma^epoch.
 S.ExponentialLR = scheduler_class {
   name = "ExponentialLR",
-  defaults = {gamma = REQUIRED},
-  check = function(self, level) number_opt(S.ExponentialLR, self, "gamma", level + 1) end,
+  options = options.declare("ExponentialLR", {
+    {"gamma", "number", nil, required = true, help = "the factor per epoch"},
+  }),
   lr_at = function(self, base, e) return base * self.gamma ^ e end,
 }
 
@@ -201,11 +185,10 @@ S.ExponentialLR = scheduler_class {
 --- past T_max it rises again, as PyTorch's does).
 S.CosineAnnealingLR = scheduler_class {
   name = "CosineAnnealingLR",
-  defaults = {T_max = REQUIRED, eta_min = 0},
-  check = function(self, level)
-    positive_int(S.CosineAnnealingLR, self, "T_max", level + 1)
-    number_opt(S.CosineAnnealingLR, self, "eta_min", level + 1)
-  end,
+  options = options.declare("CosineAnnealingLR", {
+    {"T_max", "int", nil, range = {1}, required = true, help = "epochs of the half cosine"},
+    {"eta_min", "number", 0, help = "the lowest lr"},
+  }),
   lr_at = function(self, base, e)
     return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * e / self.T_max)) / 2
   end,
@@ -214,11 +197,14 @@ S.CosineAnnealingLR = scheduler_class {
 --- optim.LambdaLR(opt, {lr_lambda=fn or {fn per group}}): lr = base * fn(epoch).
 S.LambdaLR = scheduler_class {
   name = "LambdaLR",
-  defaults = {lr_lambda = REQUIRED},
+  options = options.declare("LambdaLR", {
+    {"lr_lambda", "function|table", nil, required = true,
+     help = "fn(epoch) -> factor, or one fn per param group"},
+  }),
   check = function(self, level)
     local f = self.lr_lambda
     if type(f) == "function" then return end
-    if type(f) ~= "table" or #f ~= #self.optimizer.param_groups then
+    if #f ~= #self.optimizer.param_groups then
       fail(level + 1, "LambdaLR: lr_lambda must be a function or an array of one function per "
            .. "param group (%d)", #self.optimizer.param_groups)
     end
@@ -241,18 +227,16 @@ S.LambdaLR = scheduler_class {
 --- lr = base * (start + (end - start) * min(epoch, total_iters) / total_iters).
 S.LinearLR = scheduler_class {
   name = "LinearLR",
-  defaults = {start_factor = 1 / 3, end_factor = 1.0, total_iters = 5},
+  options = options.declare("LinearLR", {
+    {"start_factor", "number", 1 / 3, range = {0, 1}, help = "the factor at epoch 0, in (0, 1]"},
+    {"end_factor", "number", 1.0, range = {0, 1}, help = "the factor from total_iters on"},
+    {"total_iters", "int", 5, range = {1}, help = "epochs of the linear change"},
+  }),
   check = function(self, level)
-    local c = S.LinearLR
-    number_opt(c, self, "start_factor", level + 1)
-    number_opt(c, self, "end_factor", level + 1)
-    if not (self.start_factor > 0 and self.start_factor <= 1) then
-      fail(level + 1, "LinearLR: start_factor must be in (0, 1], got %s", tostring(self.start_factor))
+    if not (self.start_factor > 0) then
+      fail(level + 1, "LinearLR: start_factor must be in (0, 1], got %s",
+           tostring(self.start_factor))
     end
-    if not (self.end_factor >= 0 and self.end_factor <= 1) then
-      fail(level + 1, "LinearLR: end_factor must be in [0, 1], got %s", tostring(self.end_factor))
-    end
-    positive_int(c, self, "total_iters", level + 1)
   end,
   lr_at = function(self, base, e)
     local t = math.min(e, self.total_iters)
@@ -268,15 +252,13 @@ S.LinearLR = scheduler_class {
 --- {warmup_steps}).  Step only the warm-up schedule, not `after`.
 S.LinearWarmup = scheduler_class {
   name = "LinearWarmup",
-  defaults = {warmup_steps = REQUIRED, start_factor = 0.0, after = false},
+  options = options.declare("LinearWarmup", {
+    {"warmup_steps", "int", nil, range = {1}, required = true, help = "epochs of the warm-up"},
+    {"start_factor", "number", 0.0, range = {0, 1}, help = "the factor at epoch 0"},
+    {"after", "table|boolean", false,
+     help = "the schedule after the warm-up, on the same optimizer (false: none)"},
+  }),
   check = function(self, level)
-    local c = S.LinearWarmup
-    positive_int(c, self, "warmup_steps", level + 1)
-    number_opt(c, self, "start_factor", level + 1)
-    if not (self.start_factor >= 0 and self.start_factor <= 1) then
-      fail(level + 1, "LinearWarmup: start_factor must be in [0, 1], got %s",
-           tostring(self.start_factor))
-    end
     local a = self.after
     if a == false then
       self.after = nil

@@ -1,0 +1,169 @@
+--- glimpse.compare's grid (part of glimpse.compare; compare/init.lua publishes it): the
+-- settings every configuration shares, the mechanism names, the configurations (mechanism x
+-- task x seed) with the pairs a model refuses set aside, and a process's shard of them.
+local check = require "glimpse.check"
+local options = require "glimpse.options"
+local att = require "glimpse.attention"
+local models = require "glimpse.models"
+local tasks = require("glimpse").data.compare
+
+local G = {}
+
+--- The settings every configuration of a grid shares: training and test sizes, the models'
+--- widths (compare.settings fills in the rest of a partial table).
+G.SETTINGS = options.declare("compare.settings", {
+  {"steps", "int", 800, range = {0}, help = "training steps of each configuration"},
+  {"batch", "int", 32, range = {1}, help = "batch size"},
+  {"lr", "number", 3e-3, range = {0}, help = "Adam learning rate (RNN models)"},
+  {"clip", "number", 5, range = {0}, help = "gradient norm clip"},
+  {"emb", "int", 16, range = {1}, help = "embedding size (RNN models)"},
+  {"hidden", "int", 64, range = {1}, help = "RNN decoder size"},
+  {"attn_hidden", "int", 32, range = {1}, help = "attention hidden size (additive, concat)"},
+  {"window", "int", 3, range = {0}, help = "half width D of the local modes' window"},
+  {"kernel", "int", 3, range = {1}, help = "the conv score's kernel width"},
+  {"supervise", "number", 0.5, range = {0},
+   help = "weight of the supervised-attention loss (+sup mechanisms)"},
+  {"d_model", "int", 32, range = {1}, help = "Transformer width"},
+  {"heads", "int", 4, range = {1}, help = "Transformer heads"},
+  {"layers", "int", 2, range = {1}, help = "Transformer layers"},
+  {"ff", "int", 64, range = {1}, help = "Transformer feed-forward width"},
+  {"transformer_lr", "number", 3e-3, range = {0}, help = "Adam learning rate (Transformer)"},
+  {"train_n", "int", 10000, range = {1}, help = "training examples"},
+  {"valid_n", "int", 200, range = {1}, help = "validation examples (training lengths)"},
+  {"test_n", "int", 100, range = {1}, help = "test examples per length"},
+  {"test_lengths", "table", {10, 20, 30, 40, 50}, help = "test source lengths"},
+  {"eval_every", "int", 100, range = {1}, help = "steps between validations (the curve)"},
+  {"heatmap_length", "int", 20, range = {1}, help = "source length of the heatmap example"},
+  {"data_seed", "int", 1, range = {0}, help = "seed of the data sets (+ seed - 1 for training)"},
+})
+
+--- compare.settings(o) -> the full settings table (o's entries over the defaults of
+--- compare.settings_options); an unknown key or a bad value is an error naming it.
+function G.settings(o)
+  return G.SETTINGS:check(o, 2)
+end
+
+G.GRID = options.declare("compare.grid", {
+  {"mechanisms", "table|string", nil,
+   help = "names (a list or a comma list): score/mode[+sup], rnnenc, transformer(-learned)"},
+  {"scores", "table|string", {"additive"}, help = "without mechanisms: scores x modes"},
+  {"modes", "table|string", {"soft"}, help = "without mechanisms: scores x modes"},
+  {"baselines", "table|string", {}, help = "without mechanisms: names added to scores x modes"},
+  {"tasks", "table|string", nil, help = "task names (default every task of data.compare)"},
+  {"seeds", "int|table", 3, range = {1}, help = "a count (seeds 1..n) or a list of seeds"},
+  {"settings", "table", nil, help = "what every configuration shares (compare.settings())"},
+})
+
+-- ---------------------------------------------------------------------------------------
+-- mechanisms and the grid
+
+--- compare.parse_mechanism(name) -> {name=, kind="rnn"|"rnnenc"|"transformer", score=,
+--- mode=, supervise=bool, positions=}; an error for a malformed name or an unknown part
+function G.parse_mechanism(name)
+  if type(name) ~= "string" then check.fail(2, "compare.parse_mechanism: name must be a string") end
+  if name == "rnnenc" then return {name = name, kind = "rnnenc", score = "none", mode = "none"} end
+  if name == "transformer" or name == "transformer-learned" then
+    return {name = name, kind = "transformer", score = "scaled_dot", mode = "multi-head",
+            positions = name == "transformer" and "sinusoidal" or "learned"}
+  end
+  local score, mode, sup = name:match("^([%w_]+)/([%w%-]+)(%+?s?u?p?)$")
+  if not score or (sup ~= "" and sup ~= "+sup") then
+    check.fail(2, "compare: mechanism '%s' is not score/mode[+sup], rnnenc or transformer", name)
+  end
+  local function known(v, list, what)
+    for _, x in ipairs(list) do if x == v then return end end
+    check.fail(3, "compare: unknown %s '%s' in '%s'%s (have %s)", what, v, name,
+               check.did_you_mean(v, list), table.concat(list, ", "))
+  end
+  known(score, att.SCORES, "score")
+  known(mode, att.MODES, "mode")
+  return {name = name, kind = "rnn", score = score, mode = mode, supervise = sup == "+sup"}
+end
+
+-- why a mechanism cannot be built (nil when it can): the model's own argument checks on a
+-- tiny vocabulary
+local function invalid(mech, s)
+  if mech.kind ~= "rnn" then return nil end
+  local ok, err = pcall(models.Seq2Seq, {src_vocab = {"a", "b"}, tgt_vocab = {"a", "b"},
+                                         score = mech.score, mode = mech.mode, hidden = 4,
+                                         emb = 2, attn_hidden = 2, kernel = s.kernel,
+                                         window = s.window, max_src = 4})
+  if ok then return nil end
+  return check.strip(err)
+end
+
+-- a list, or a comma list's words
+local function list_of(v)
+  if type(v) ~= "string" then return v end
+  local t = {}
+  for x in v:gmatch("[^,%s]+") do t[#t + 1] = x end
+  return t
+end
+
+--- compare.grid{mechanisms= | scores=, modes=, baselines=, tasks=, seeds=3 | {list},
+---   settings=} -> configs, skipped.  The options are compare.grid_options.
+-- configs: one table per (task, mechanism, seed) in that order, with id, task, mechanism,
+-- kind, score, mode, supervise, positions, seed and settings.  skipped: {mechanism=, reason=}
+-- for the pairs the model refuses (e.g. location mode with the dot score).
+function G.grid(user)
+  if type(user) ~= "table" then check.fail(2, "compare.grid: expected an options table") end
+  local o = G.GRID:check(user, 2)
+  local s = o.settings or G.SETTINGS:check({}, 2)
+  local names = {}
+  if o.mechanisms then
+    names = list_of(o.mechanisms)
+  else
+    for _, sc in ipairs(list_of(o.scores)) do
+      for _, md in ipairs(list_of(o.modes)) do names[#names + 1] = sc .. "/" .. md end
+    end
+    for _, b in ipairs(list_of(o.baselines)) do names[#names + 1] = b end
+  end
+  local seeds = o.seeds
+  if math.type(seeds) == "integer" then
+    local t = {}
+    for i = 1, seeds do t[i] = i end
+    seeds = t
+  end
+  local task_names = list_of(o.tasks or tasks.TASKS)
+  for _, t in ipairs(task_names) do tasks.task(t) end            -- unknown task: an error
+  local mechs, skipped, seen = {}, {}, {}
+  for _, n in ipairs(names) do
+    if not seen[n] then
+      seen[n] = true
+      local m = G.parse_mechanism(n)
+      local why = invalid(m, s)
+      if why then skipped[#skipped + 1] = {mechanism = n, reason = why}
+      else mechs[#mechs + 1] = m end
+    end
+  end
+  local configs = {}
+  for _, t in ipairs(task_names) do
+    for _, m in ipairs(mechs) do
+      for _, seed in ipairs(seeds) do
+        seed = math.tointeger(tonumber(seed))
+        if not seed then check.fail(2, "compare.grid: seeds must be integers") end
+        configs[#configs + 1] = {
+          id = string.format("%s.%s.s%d", t, m.name:gsub("[/+]", "-"), seed),
+          task = t, mechanism = m.name, kind = m.kind, score = m.score, mode = m.mode,
+          supervise = m.supervise or false, positions = m.positions, seed = seed,
+          settings = s}
+      end
+    end
+  end
+  return configs, skipped
+end
+
+--- compare.shard(configs, rank, size) -> the configurations of process `rank` (0-based) out
+--- of `size`: those at 1-based index i with (i - 1) % size == rank
+function G.shard(configs, rank, size)
+  if math.type(rank) ~= "integer" or math.type(size) ~= "integer" or size < 1 or rank < 0
+     or rank >= size then
+    check.fail(2, "compare.shard: need 0 <= rank < size, got rank %s size %s", tostring(rank),
+               tostring(size))
+  end
+  local out = {}
+  for i, c in ipairs(configs) do if (i - 1) % size == rank then out[#out + 1] = c end end
+  return out
+end
+
+return G

@@ -1,0 +1,150 @@
+--- glimpse.compare -- attention mechanisms side by side: a grid of configurations (mechanism
+-- x task x seed), each trained on a step budget with a fixed seed in its own worker process,
+-- measured the same way, gathered into results.json, results.md and an HTML page.
+--
+--   local s = compare.settings{steps = 600}
+--   local configs, skipped = compare.grid{mechanisms = {"additive/soft", "rnnenc"},
+--                                         tasks = {"reversal"}, seeds = 2, settings = s}
+--   compare.run{configs = configs, out = "out/compare", jobs = 2}   -- resumable
+--
+-- The parts: compare/grid.lua (settings, mechanisms, grid, shard), measure.lua (run_config),
+-- scheduler.lua (pending, run_local, work, gather), summary.lua, page.lua (markdown, write).
+-- The options of settings, grid, run and run_local are compare.<name>_options.
+local options = require "glimpse.options"
+local util = require "glimpse.util"
+local grid = require "glimpse.lab.compare.grid"
+local measure = require "glimpse.lab.compare.measure"
+local scheduler = require "glimpse.lab.compare.scheduler"
+local summary = require "glimpse.lab.compare.summary"
+local page = require "glimpse.lab.compare.page"
+
+local M = {}
+
+--- The default mechanisms: Luong's scores with global attention (dot, general, location),
+--- Bahdanau's additive, the convolutional score, Luong's local modes, monotonic and supervised
+--- attention and the two baselines (the rest of the grid by flags).
+M.MECHANISMS = {"additive/soft", "dot/soft", "general/soft", "location/soft", "conv/soft",
+                "general/local-m", "general/local-p", "additive/monotonic", "additive/soft+sup",
+                "rnnenc", "transformer"}
+
+M.settings, M.settings_options = grid.settings, grid.SETTINGS
+M.parse_mechanism, M.grid, M.grid_options, M.shard = grid.parse_mechanism, grid.grid, grid.GRID,
+                                                     grid.shard
+M.run_config = measure.run_config
+M.pending, M.work, M.cores = scheduler.pending, scheduler.work, scheduler.cores
+M.run_local, M.run_local_options, M.gather = scheduler.run_local, scheduler.RUN_LOCAL,
+                                             scheduler.gather
+M.summarise = summary.summarise
+M.markdown, M.charts, M.write = page.markdown, page.charts, page.write
+
+--- compare.DEFAULTS: the settings' defaults (compare.settings_options holds them with their
+--- types, ranges and help)
+M.DEFAULTS = grid.SETTINGS:check({})
+
+M.run_options = options.declare("compare.run", {
+  {"configs", "table", nil, required = true, help = "the configurations (compare.grid)"},
+  {"out", "string", nil, required = true, help = "the output folder (resumable)"},
+  {"jobs", "int", nil, range = {1}, help = "worker processes (default: the cores; MPI: 1)"},
+  {"skipped", "table", nil, help = "grid's skipped mechanisms, listed on the page"},
+  {"command", "string", nil, help = "the command line, shown on the page"},
+  {"say", "function", nil, help = "function(line) for the progress lines (default print)"},
+  {"run", "boolean", true, help = "false: run nothing, write the outputs of what is finished"},
+})
+
+-- ---------------------------------------------------------------------------------------
+-- the whole run
+
+-- glimpse.dist when this process is one of several MPI ranks, else nil
+local function distributed()
+  local ok, dist = pcall(require, "glimpse.lab.dist")
+  if not ok or type(dist) ~= "table" then return nil end
+  if dist.init then pcall(dist.init) end
+  local okr, size = pcall(dist.size)
+  if not okr or type(size) ~= "number" or size <= 1 then return nil end
+  return dist
+end
+
+--- compare.run{configs=, out=, jobs=cores, skipped=, command=, say=print, run=true} ->
+--- rows, records, failures, missing: runs the pending configurations (resuming: finished
+--- ones are kept; seed by seed, so that a run cut short covers the whole grid with its
+--- first seeds), gathers every result and writes the outputs.  Under MPI (glimpse.dist with
+--- size > 1) the ranks split rank 0's pending list (dist.shard), each runs its part on one
+--- worker (jobs is ignored), and rank 0 gathers the records (dist.gather_tables) and
+--- writes.  run = false runs nothing: the outputs of the configurations finished so far
+--- (the rest are `missing`).
+function M.run(user)
+  local o = M.run_options:check(user, 2)
+  local say = o.say or print
+  util.mkdir_p(o.out .. "/runs")
+  local dist = distributed()
+  local jobs = dist and 1 or o.jobs or scheduler.cores()  -- under MPI: one worker process per rank
+  -- what is left to run, seed by seed: a run cut short still covers every task and
+  -- mechanism with its first seeds.  Under MPI rank 0's folder decides, and the ranks split
+  -- the pending list (item i to rank (i - 1) % size), so a resumed run stays balanced.
+  local waiting = {}
+  if not dist or dist.is_root() then
+    waiting = scheduler.pending(o.configs, o.out)
+    local index = {}
+    for i, c in ipairs(waiting) do index[c] = i end
+    table.sort(waiting, function(a, b)
+      if a.seed ~= b.seed then return a.seed < b.seed end
+      return index[a] < index[b]
+    end)
+  end
+  if dist then
+    local ids = {}
+    for i, c in ipairs(waiting) do ids[i] = c.id end
+    local by_id = {}
+    for _, c in ipairs(o.configs) do by_id[c.id] = c end
+    waiting = {}
+    for _, id in ipairs(dist.gather_tables({ids = ids})[1].ids or {}) do
+      waiting[#waiting + 1] = by_id[id]
+    end
+    waiting = dist.shard(waiting)
+  end
+  local todo = o.run == false and {} or waiting  -- run = false: gather and write only
+  local who = dist and string.format("compare (rank %d of %d)", dist.rank(), dist.size())
+              or "compare"
+  if dist then
+    say(string.format("%s: %d configurations to run with 1 job", who, #todo))
+  else
+    say(string.format("compare: %d configurations, %d finished already, %d to run with %d jobs",
+                      #o.configs, #o.configs - #waiting, #todo, jobs))
+  end
+  local timer, k, done = util.Timer(), 0, {}
+  scheduler.run_local(todo, o.out, {jobs = jobs, on_done = function(c, r)
+    k = k + 1
+    if r.error then
+      say(string.format("[%d/%d] %s FAILED: %s", k, #todo, c.id, tostring(r.error):match("[^\n]*")))
+      r = {error = tostring(r.error), id = c.id, task = c.task, mechanism = c.mechanism,
+           seed = c.seed, config = c}
+    else
+      local long = 0
+      for _, e in ipairs(r.accuracy_by_length) do long = math.max(long, e.length) end
+      say(string.format("[%d/%d] %s: exact %s%% at length %d, %.1f ms/step, %.0f s (%.0f s so far)",
+                        k, #todo, c.id, page.pct(r.accuracy_by_length[1].exact),
+                        r.accuracy_by_length[1].length, r.ms_per_step, r.wall_seconds,
+                        timer:elapsed()))
+    end
+    done[#done + 1] = r
+  end})
+  if dist then
+    -- every rank's results (finished or failed) to rank 0, which keeps them in its runs/
+    -- folder: the ranks need not share a file system, and a failure is re-run next time
+    local all = dist.gather_tables({results = done})
+    if not dist.is_root() then return nil end
+    for _, part in ipairs(all) do
+      for _, r in ipairs(part.results or {}) do
+        util.write_json(scheduler.result_path(o.out, r.config), r)
+      end
+    end
+  end
+  local records, failures, missing = scheduler.gather(o.configs, o.out)
+  local rows = summary.summarise(records)
+  page.write(o.out, rows, records, {skipped = o.skipped, failures = failures, missing = missing,
+                                    command = o.command, seconds = timer:elapsed(),
+                                    jobs = dist and dist.size() or jobs})
+  return rows, records, failures, missing
+end
+
+return M
