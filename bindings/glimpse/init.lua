@@ -14,6 +14,10 @@ local core = require "glimpse.core"
 
 -- a nested require "glimpse" (a module loaded below) gets this table, not a second load
 package.loaded["glimpse"] = core
+-- "glimpse.core" stays loaded as a view of it: Lua names a function in an error message
+-- ("bad argument #1 to 'glimpse.matmul'") by searching package.loaded, and two entries
+-- holding the same table would make that name change from run to run
+package.loaded["glimpse.core"] = setmetatable({}, {__index = core})
 
 -- field -> module, loaded on first use
 local MODULES = {

@@ -90,7 +90,7 @@ end
 local function call_as(name, f, ...)
   local ok, res = pcall(f, ...)
   if not ok then
-    res = tostring(res):gsub("^[^\n]-%.lua:%d+: ", ""):gsub("to 'glimpse%.[_%w]+'", "to '" .. name .. "'")
+    res = tostring(res):gsub("^[^\n]-%.lua:%d+: ", ""):gsub("to 'glimpse%.[_%w%.]+'", "to '" .. name .. "'")
     error(res, 3)
   end
   return res
