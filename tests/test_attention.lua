@@ -359,8 +359,12 @@ function T.test_location_score_refuses_too_long_inputs()
 end
 
 function T.test_bad_configuration_errors_name_the_problem()
-  lu.assertErrorMsgContains("unknown score", function() nn.Attention{score = "bogus", query = 2} end)
-  lu.assertErrorMsgContains("unknown mode", function() nn.Attention{mode = "bogus", query = 2} end)
+  lu.assertErrorMsgContains("option 'score' must be one of dot,", function()
+    nn.Attention{score = "bogus", query = 2}
+  end)
+  lu.assertErrorMsgContains("option 'mode' must be one of soft,", function()
+    nn.Attention{mode = "bogus", query = 2}
+  end)
   lu.assertErrorMsgContains("query == key", function() nn.Attention{score = "dot", query = 2, key = 3} end)
   lu.assertErrorMsgContains("additive or concat", function()
     nn.Attention{score = "dot", mode = "location", query = 2}
