@@ -502,11 +502,18 @@ end
 
 -- an int or {h, w} -> {h, w}; an error names cls and the line that called its constructor
 local function pair(v, what, cls, lo)
+  local given = v
   if math.type(v) == "integer" then v = {v, v} end
   if type(v) ~= "table" or #v ~= 2 or math.type(v[1]) ~= "integer" or math.type(v[2]) ~= "integer"
      or v[1] < lo or v[2] < lo then
+    local shown = check.value(given)
+    if type(given) == "table" then
+      local parts = {}
+      for i, x in ipairs(given) do parts[i] = tostring(x) end
+      shown = "{" .. table.concat(parts, ",") .. "}"
+    end
     check.fail(4, "%s: %s must be an integer >= %d or {h, w} of them, got %s", cls, what, lo,
-               tostring(v))
+               shown)
   end
   return {v[1], v[2]}
 end
