@@ -10,11 +10,6 @@
 --   function Net:forward(x) return self.fc(x) * self.scale end
 --   local net = Net(784); local y = net(x)           -- calling an instance calls forward
 --
--- Registration order is kept: named_parameters() and state_dict() list a module's own
--- parameters, then its buffers, then each submodule's entries under "<child>.", the way
--- PyTorch does, so names and order match PyTorch's state_dict (Sequential children are named
--- "0", "1", ... like PyTorch's, while seq[1] is the first child from Lua).
---
 -- This file returns {Module=, is_module=} and the few helpers the layer files share (pair,
 -- pair_str, param, uniform, is_tensor); glimpse.nn (nn/init.lua) publishes Module and
 -- is_module.  Argument checks and option tables come from glimpse.check and glimpse.options.
@@ -334,7 +329,10 @@ function Module:num_parameters()
   return n
 end
 
--- the state entries in PyTorch order: per module its parameters then its buffers
+-- The state entries in PyTorch order.  Registration order is kept: a module's own
+-- parameters, then its buffers, then each submodule's entries under "<child>.", so names and
+-- order match PyTorch's state_dict (Sequential children are named "0", "1", ... like
+-- PyTorch's, while seq[1] is the first child from Lua).
 local function state_entries(self)
   local out = {}
   for prefix, m in self:named_modules() do

@@ -30,7 +30,6 @@ local nn = {
 local M = {}
 
 local is_tensor = glimpse.is_tensor
-local shape_str = check.shape
 
 local function as_mask(m, what, fn)
   if m == nil or is_tensor(m) then return m end
@@ -62,7 +61,7 @@ local function masked_attention(mha, query, kv, mask, kpm, causal, need_weights,
   if not ((md == 2 and ms[1] == Tq and ms[2] == Tk) or
           (md == 3 and ms[2] == Tq and ms[3] == Tk and (ms[1] == 1 or ms[1] == B))) then
     error(string.format("%s: attention mask %s should be (T,S) = [%d,%d] or (B,T,S)", fn,
-                        shape_str(mask), Tq, Tk), 4)
+                        check.shape(mask), Tq, Tk), 4)
   end
   local full = mask:reshape(md == 2 and 1 or ms[1], 1, Tq, Tk)
   if kpm then full = full * kpm:reshape(B, 1, 1, Tk) end
@@ -88,7 +87,7 @@ local function attend(mha, query, kv, mask, kpm, causal, need_weights, fn)
     local S = (kv or query).shape[2]
     if kpm:dim() ~= 2 or kpm.shape[1] ~= query.shape[1] or kpm.shape[2] ~= S then
       error(string.format("%s: key padding mask %s should be (B,S) = [%d,%d]", fn,
-                          shape_str(kpm), query.shape[1], S), 4)
+                          check.shape(kpm), query.shape[1], S), 4)
     end
   end
   if mask ~= nil then
@@ -104,7 +103,7 @@ local ACTIVATIONS = {
 
 local function check_input(x, d, what, fn)
   if not is_tensor(x) or x:dim() ~= 3 or x.shape[3] ~= d then
-    check.fail(3, "%s: %s must be (B,T,%d), got %s", fn, what, d, shape_str(x))
+    check.fail(3, "%s: %s must be (B,T,%d), got %s", fn, what, d, check.shape(x))
   end
 end
 
@@ -288,8 +287,8 @@ local function build(nn)
     check_input(tgt, self.d_model, "tgt", fn)
     check_input(memory, self.d_model, "memory", fn)
     if memory.shape[1] ~= tgt.shape[1] then
-      check.fail(2, "%s: memory %s and tgt %s differ in batch size", fn, shape_str(memory),
-                 shape_str(tgt))
+      check.fail(2, "%s: memory %s and tgt %s differ in batch size", fn, check.shape(memory),
+                 check.shape(tgt))
     end
     opts = DECODER_FORWARD:check(opts, 2)
     local tmask = as_mask(opts.tgt_mask, "tgt_mask", fn)
@@ -352,7 +351,7 @@ local function build(nn)
     if math.type(offset) ~= "integer" or offset < 0 or offset + T > self.max_len then
       error(string.format("%s: positions %s..%s outside 1..max_len=%d (x %s)", fn,
                           tostring(offset + 1), tostring(offset + T), self.max_len,
-                          shape_str(x)), 2)
+                          check.shape(x)), 2)
     end
     local pos = self.learned and self.weight or self.pe
     return self.dropout(x + pos:narrow(1, offset + 1, T))
