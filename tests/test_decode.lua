@@ -1,4 +1,4 @@
--- tests/test_decode.lua -- glimpse.decode (bindings/glimpse/decode.lua): greedy decoding,
+-- tests/test_decode.lua -- glimpse.decode (bindings/glimpse/decode/): greedy decoding,
 -- beam search and sampling, on hand-made step functions whose distributions are known.
 --
 -- The main oracle is exhaustive enumeration: on a 4-token vocabulary and sequences of at
