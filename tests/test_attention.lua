@@ -359,8 +359,12 @@ function T.test_location_score_refuses_too_long_inputs()
 end
 
 function T.test_bad_configuration_errors_name_the_problem()
-  lu.assertErrorMsgContains("unknown score", function() nn.Attention{score = "bogus", query = 2} end)
-  lu.assertErrorMsgContains("unknown mode", function() nn.Attention{mode = "bogus", query = 2} end)
+  lu.assertErrorMsgContains("option 'score' must be one of dot,", function()
+    nn.Attention{score = "bogus", query = 2}
+  end)
+  lu.assertErrorMsgContains("option 'mode' must be one of soft,", function()
+    nn.Attention{mode = "bogus", query = 2}
+  end)
   lu.assertErrorMsgContains("query == key", function() nn.Attention{score = "dot", query = 2, key = 3} end)
   lu.assertErrorMsgContains("additive or concat", function()
     nn.Attention{score = "dot", mode = "location", query = 2}
@@ -483,17 +487,17 @@ function T.test_region_argmax_extra_cells_compete_with_the_windows_mass()
                   {{10}, {10}, {1}})
   local ok, err = pcall(att.region_argmax, alpha, {grid = {3, 3}, extra = 10})
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "attention.region_argmax: extra must be an integer in [0, 10) (alpha {3,10}), got 10")
+  lu.assertStrContains(err, "attention.region_argmax: extra must be an integer in [0, 10) (alpha [3,10]), got 10")
   ok, err = pcall(att.region_argmax, alpha, {grid = {3, 3}})
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "h * w = L = 10 (alpha {3,10}), got {3,3}")
+  lu.assertStrContains(err, "h * w = L = 10 (alpha [3,10]), got {3,3}")
 end
 
 function T.test_region_argmax_checks_the_grid_and_the_window()
   local alpha = glimpse.softmax(glimpse.randn(2, 6), 2)
   local ok, err = pcall(att.region_argmax, alpha, {grid = {2, 2}})
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "attention.region_argmax: grid must be {h, w} with h * w = L = 6 (alpha {2,6}), got {2,2}")
+  lu.assertStrContains(err, "attention.region_argmax: grid must be {h, w} with h * w = L = 6 (alpha [2,6]), got {2,2}")
   ok, err = pcall(att.region_argmax, alpha, {grid = {2, 3}, size = 2})
   lu.assertFalse(ok)
   lu.assertStrContains(err, "size must be a positive odd integer, got 2")

@@ -1,4 +1,4 @@
--- tests/test_decode.lua -- glimpse.decode (bindings/glimpse/decode.lua): greedy decoding,
+-- tests/test_decode.lua -- glimpse.decode (bindings/glimpse/decode/): greedy decoding,
 -- beam search and sampling, on hand-made step functions whose distributions are known.
 --
 -- The main oracle is exhaustive enumeration: on a 4-token vocabulary and sequences of at
@@ -415,7 +415,7 @@ function T.test_state_reorder_follows_the_surviving_beams()
   local cached = {h = x, cache = {W = w}}
   local ok, msg = pcall(decode.reorder, cached, {2, 3}, {rows = 3})
   lu.assertFalse(ok)
-  lu.assertStrContains(msg, "state tensor state.cache.W has shape {5,2}")
+  lu.assertStrContains(msg, "state tensor state.cache.W has shape [5,2]")
   local kept = decode.reorder(cached, {2, 3}, {rows = 3, keep = {w}})
   lu.assertTrue(kept.cache.W == w)
   lu.assertEquals(kept.h:totable(), {{2, 2}, {3, 3}})
@@ -614,42 +614,42 @@ function T.test_bad_arguments_give_clear_errors()
   local step = toy_step(4)
   local st = toy_state({1, 2}, 4)
   err_contains("decode.greedy: step must be a function", decode.greedy, 42, st, {})
-  err_contains("decode.beam: opts.beam must be a positive integer, got 0", decode.beam, step, st,
+  err_contains("decode.beam: option 'beam' must be a positive integer, got 0", decode.beam, step, st,
                {beam = 0})
-  err_contains("decode.beam: opts.n_best (3) cannot exceed opts.beam (2)", decode.beam, step, st,
+  err_contains("decode.beam: option 'n_best' (3) cannot exceed option 'beam' (2)", decode.beam, step, st,
                {beam = 2, n_best = 3})
-  err_contains("decode.greedy: opts.batch is 3 but the state's tensors have 2 rows", decode.greedy,
+  err_contains("decode.greedy: option 'batch' is 3 but the state's tensors have 2 rows", decode.greedy,
                step, st, {batch = 3})
-  err_contains("opts.batch is needed", decode.greedy, step, nil, {})
-  err_contains("decode.beam: opts.max_len must be a positive integer", decode.beam, step, st,
+  err_contains("option 'batch' is needed", decode.greedy, step, nil, {})
+  err_contains("decode.beam: option 'max_len' must be a positive integer", decode.beam, step, st,
                {max_len = 2.5})
-  err_contains("opts.min_len (4) must be below opts.max_len (4)", decode.greedy, step, st,
+  err_contains("option 'min_len' (4) must be below option 'max_len' (4)", decode.greedy, step, st,
                {max_len = 4, min_len = 4})
-  err_contains("decode.sample: opts.temperature must be a positive number", decode.sample, step,
+  err_contains("decode.sample: option 'temperature' must be a positive number", decode.sample, step,
                st, {temperature = 0})
-  err_contains("decode.sample: opts.top_p must be a number in (0, 1]", decode.sample, step, st,
+  err_contains("decode.sample: option 'top_p' must be a number in [0, 1]", decode.sample, step, st,
                {top_p = 1.5})
-  err_contains("opts.start has 1 ids for a batch of 2", decode.greedy, step, st, {start = {2}})
-  err_contains("opts.start[2] must be a positive integer id, got 0", decode.greedy, step, st,
+  err_contains("option 'start' has 1 ids for a batch of 2", decode.greedy, step, st, {start = {2}})
+  err_contains("option 'start'[2] must be a positive integer id, got 0", decode.greedy, step, st,
                {start = {2, 0}})
-  err_contains("decode.beam: opts.length_penalty must be a number", decode.beam, step, st,
+  err_contains("decode.beam: option 'length_penalty' must be a number", decode.beam, step, st,
                {length_penalty = "big"})
   err_contains("decode.reorder: idx must be a table", decode.reorder, st, 3)
 end
 
 function T.test_bad_step_results_and_states_give_clear_errors()
   local st = toy_state({1, 2}, 4)
-  err_contains("decode.greedy: step 1 must return log_probs of shape (N,V) with N = 2 rows, got {3,4}",
+  err_contains("decode.greedy: step 1 must return log_probs of shape (N,V) with N = 2 rows, got [3,4]",
                decode.greedy, function(_, s) return glimpse.zeros(3, 4), s end, st, {max_len = 4})
   err_contains("step 1 must return log_probs", decode.beam,
                function() return "nope" end, st, {max_len = 4, beam = 2})
-  err_contains("opts.stop is 3 but step returns only 2 classes", decode.greedy,
+  err_contains("option 'stop' is 3 but step returns only 2 classes", decode.greedy,
                function(_, s) return glimpse.zeros(2, 2), s end, st, {max_len = 4})
   err_contains("the attention it returns must be a tensor with N = 2 rows", decode.greedy,
                function(_, s) return glimpse.zeros(2, 4), s, glimpse.zeros(5, 3) end, st,
                {max_len = 4})
   local bad = {a = glimpse.zeros(2, 3), b = {c = glimpse.tensor(7)}}
-  err_contains("state tensor state.b.c has shape {}", decode.beam,
+  err_contains("state tensor state.b.c has shape []", decode.beam,
                function(_, s) return glimpse.zeros(4, 4), s end, bad, {beam = 2, batch = 2})
   -- the step function's own error comes through unchanged
   err_contains("my model broke", decode.greedy, function() error("my model broke") end, st, {})

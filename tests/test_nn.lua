@@ -347,7 +347,7 @@ end
 function T.test_layer_constructors_check_their_arguments()
   lu.assertErrorMsgContains("in_features", nn.Linear, 0, 3)
   lu.assertErrorMsgContains("kernel_size", nn.Conv2d, 1, 2, {3})
-  lu.assertErrorMsgContains("Dropout: p", nn.Dropout, 1.5)
+  lu.assertErrorMsgContains("nn.Dropout: option 'p'", nn.Dropout, 1.5)
   lu.assertErrorMsgContains("4-D", function() nn.BatchNorm2d(2)(glimpse.zeros(2, 2)) end)
   lu.assertErrorMsgContains("normalized shape", function() nn.LayerNorm(3)(glimpse.zeros(2, 4)) end)
   lu.assertErrorMsgContains("entry 2", nn.Sequential, {nn.ReLU(), 5})

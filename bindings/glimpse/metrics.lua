@@ -5,24 +5,19 @@
 --   local b = metrics.bleu({"a bag above a coat"}, {{"a bag above a coat", "a bag over a coat"}})
 --   print(b[1], b[2], b[3], b[4], b.brevity_penalty)          -- BLEU-1..4 in [0,1]
 --   local inside, chance = metrics.attention_in_box(alphas, boxes, {8, 8}, {64, 64})
---
--- bleu: corpus BLEU (Papineni et al. 2002): modified (clipped) n-gram precisions summed over
--- the whole corpus, their geometric mean over n = 1..N, times the brevity penalty
--- BP = exp(1 - r/c) when the candidates' total length c is below the effective reference
--- length r (for each candidate the reference length closest to its own, the shorter one on
--- a tie), else 1.  No smoothing: a corpus with no matching 4-gram has BLEU-4 = 0.
---
--- attention_in_box: the share of an attention map's mass that falls inside a box of the
--- image.  A grid cell covers a rectangle of the image (cell r of h covers rows
--- (r-1)*H/h .. r*H/h in continuous pixel coordinates); a box {x1,y1,x2,y2} (1-based inclusive
--- pixels) covers [x1-1, x2] x [y1-1, y2].  Each cell counts with the fraction of its area
--- inside the box, so the score is exact for grids that do not divide the image evenly.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
 
 local M = {}
 
 -- ---------------------------------------------------------------------------------------
 -- BLEU
+--
+-- Corpus BLEU (Papineni et al. 2002): modified (clipped) n-gram precisions summed over
+-- the whole corpus, their geometric mean over n = 1..N, times the brevity penalty
+-- BP = exp(1 - r/c) when the candidates' total length c is below the effective reference
+-- length r (for each candidate the reference length closest to its own, the shorter one on
+-- a tie), else 1.  No smoothing: a corpus with no matching 4-gram has BLEU-4 = 0.
 
 local function tokens_of(s, what, level)
   if type(s) == "string" then
@@ -132,6 +127,12 @@ end
 
 -- ---------------------------------------------------------------------------------------
 -- attention inside boxes
+--
+-- The share of an attention map's mass that falls inside a box of the image.  A grid cell
+-- covers a rectangle of the image (cell r of h covers rows (r-1)*H/h .. r*H/h in continuous
+-- pixel coordinates); a box {x1,y1,x2,y2} (1-based inclusive pixels) covers
+-- [x1-1, x2] x [y1-1, y2].  Each cell counts with the fraction of its area inside the box,
+-- so the score is exact for grids that do not divide the image evenly.
 
 local function pair(v, what, level)
   if type(v) ~= "table" or type(v[1]) ~= "number" or type(v[2]) ~= "number" or v[1] <= 0
@@ -193,8 +194,8 @@ function M.attention_in_box(alphas, boxes, grid_hw, image_hw)
   local rows = alphas
   if glimpse.is_tensor(alphas) then
     if alphas:dim() ~= 2 then
-      error(string.format("metrics.attention_in_box: alphas must be (T,L), got shape {%s}",
-                          table.concat(alphas.shape, ",")), 2)
+      check.fail(2, "metrics.attention_in_box: alphas must be (T,L), got shape %s",
+                 check.shape(alphas))
     end
     rows = alphas:totable()
   elseif type(alphas) ~= "table" then

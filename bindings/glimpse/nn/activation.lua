@@ -1,6 +1,8 @@
 --- glimpse.nn.activation -- elementwise activations (nn.ReLU, nn.Tanh, nn.Sigmoid,
 -- nn.Identity) and nn.Flatten.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module
@@ -25,15 +27,20 @@ end
 --- nn.ReLU(), nn.Tanh(), nn.Sigmoid(), nn.Identity(): elementwise, any shape
 local ReLU = simple("ReLU", function(x) return x:relu() end)
 
+ReLU.options = options.declare("nn.ReLU", {
+  {"inplace", "boolean", false, help = "overwrite the input when no tape is recorded"},
+})
+
 --- nn.ReLU({inplace=false}) (or nn.ReLU(true)): inplace = true overwrites the input with
 --- the result (x:relu_()) when no tape is being recorded (glimpse.no_grad), which saves an
 --- activation-sized buffer in inference; with the tape on it computes a fresh tensor
 function ReLU:init(opts)
   if opts ~= nil and type(opts) ~= "table" and type(opts) ~= "boolean" then
-    error("nn.ReLU: the option must be a table {inplace=} or a boolean, got " .. type(opts), 3)
+    check.fail(3, "nn.ReLU: the option must be a table {inplace=} or a boolean, got %s",
+               type(opts))
   end
-  if type(opts) == "table" then self.inplace = opts.inplace == true
-  else self.inplace = opts == true end
+  if type(opts) == "boolean" then opts = {inplace = opts} end
+  self.inplace = ReLU.options:check(opts, 3).inplace
 end
 
 function ReLU:forward(x)

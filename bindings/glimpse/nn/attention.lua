@@ -13,15 +13,14 @@
 -- coverage vector, and for hard attention the per-step log-probabilities and entropies of the
 -- samples.  Passing no state (or new keys) starts a new sequence.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local att = require "glimpse.attention"
 local base = require "glimpse.nn.module"
 local Linear = require("glimpse.nn.linear").Linear
 
-local Module = base.Module
-local uniform, check_dim = base.uniform, base.check_dim
-local one_of = base.one_of
+local Module, uniform = base.Module, base.uniform
 
--- A Linear layer without depending on its constructor's argument checks' wording.
 local function linear(din, dout, bias)
   return Linear(din, dout, {bias = bias})
 end
@@ -34,58 +33,76 @@ local M = {}
 local Attention = Module:extend("Attention")
 M.Attention = Attention
 
+Attention.options = options.declare("nn.Attention", {
+  {"score", "string", "additive", choices = att.SCORES, help = "the score function"},
+  {"mode", "string", "soft", choices = att.MODES, help = "where and how it looks"},
+  {"query", "int", nil, range = {1}, required = true, help = "query width Dq"},
+  {"key", "int", nil, range = {1}, help = "key width Dk (default: query)"},
+  {"hidden", "int", nil, range = {1}, help = "hidden width H of the score (default: key)"},
+  {"window", "number", 10, range = {0}, help = "local-m/-p: the window's half-width D " ..
+                                             "(sigma = D/2)"},
+  {"temperature", "number", 1, range = {0}, help = "divides the scores (< 1 sharpens)"},
+  {"normaliser", "string", "softmax", choices = {"softmax", "sigmoid"},
+   help = "softmax, or sigmoid (Chorowski et al.'s smoothing)"},
+  {"coverage", "boolean", false, help = "additive/concat: add w_c * coverage inside the score"},
+  {"max_len", "int", 100, range = {1}, help = "location score: the most positions"},
+  {"kernel", "int", nil, range = {1},
+   help = "odd filter width: conv score (default 5), location mode (default 7)"},
+  {"filters", "int", 8, range = {1}, help = "location mode: 1-D filters over the last alignment"},
+  {"project", "boolean", false, help = "cosine: project the query even when Dq == Dk"},
+  {"beta", "number", nil, help = "cosine: a fixed key strength (nil: learned, " ..
+                                 "softplus(w^T q + b))"},
+  {"soft_prob", "number", 0, range = {0, 1},
+   help = "hard mode: probability of the expected context for a sequence"},
+  {"hard_eval", "string", "argmax", choices = {"argmax", "sample", "soft", "region"},
+   help = "hard/monotonic modes in evaluate(): argmax, sample, soft or region"},
+  {"region", "int", 3, range = {1}, help = "hard_eval = region: the window's width (odd)"},
+  {"estimator", "string", "reinforce", choices = {"reinforce", "gumbel"},
+   help = "hard mode's gradient: REINFORCE terms, or straight-through Gumbel-softmax"},
+  {"tau", "number", 1, range = {0}, help = "gumbel estimator: the temperature"},
+  {"monotonic_r", "number", -1, help = "monotonic mode: r's start value in sigmoid(e + r)"},
+  {"noise", "number", 1, range = {0}, help = "monotonic mode: std of the noise on the " ..
+                                          "energies in training"},
+})
+
 --- nn.Attention{score=, query=Dq, key=Dk, hidden=H, mode="soft", ...} -> module
--- score: "dot", "scaled_dot", "general", "additive", "concat", "location", "cosine".
--- mode: "soft" (global), "hard" (sampled, REINFORCE), "local-m", "local-p" (Gaussian window
--- of half-width `window`, sigma = window/2), "location" (location-aware, Chorowski et al.:
--- `filters` 1-D filters of width `kernel` over the previous alignment; additive/concat only).
--- Other options: temperature (1), normaliser ("softmax" | "sigmoid"), coverage (false: add
--- w_c * coverage inside the additive score), max_len (location score: most positions, 100),
--- beta (cosine: a fixed key strength; nil: beta = softplus(w^T q + b) learned), soft_prob
--- (hard mode: probability of using the expected context for a sequence, default 0),
--- hard_eval ("argmax" | "sample" | "soft" | "region": what hard mode does in evaluate(),
--- "argmax"; "region": attention.region_argmax with windows of `region` (3) positions on
--- state.grid ({h, w}; nil: a sequence); for monotonic mode "soft" keeps the expected
--- alignment, anything else decodes hard),
--- estimator ("reinforce": sampled cells and their log-probabilities for a REINFORCE loss;
--- "gumbel": straight-through Gumbel-softmax with temperature tau (1), no REINFORCE terms).
--- "monotonic" mode (Raffel et al. 2017): stop probabilities sigmoid(e + r), the expected
--- alignment (attention.monotonic) in training with Gaussian noise of std `noise` (1) on the
--- energies, hard monotonic choices in evaluate(); monotonic_r: r's start value (-1).
--- The "conv" score (Allamanis et al. 2016) uses `kernel` (5) as its convolutions' width.
+-- score: one of attention.SCORES; mode: "soft" (global), "hard" (sampled, REINFORCE or
+-- Gumbel), "local-m", "local-p" (Gaussian window of half-width `window`), "location"
+-- (location-aware, Chorowski et al.; additive/concat only), "monotonic" (Raffel et al. 2017:
+-- the expected alignment with noisy energies in training, hard monotonic choices in
+-- evaluate()).  nn.Attention.options lists every option with its default (`?nn.Attention`).
 -- Forward: ctx (B,Dv), alpha (B,L), state = att(query (B,Dq), keys (B,L,Dk), values
 -- (B,L,Dv) or nil (= keys), mask (B,L) or nil, state or nil).
-function Attention:init(o)
+function Attention:init(opts)
   local cls = "nn.Attention"
-  if type(o) ~= "table" then error(cls .. ": expected an options table {score=, query=, key=, ...}", 3) end
-  self.score = one_of(o.score or "additive", att.SCORES, "score", cls)
-  self.mode = one_of(o.mode or "soft", att.MODES, "mode", cls)
-  local dq, dk = o.query, o.key or o.query
-  check_dim(dq, "query", cls)
-  check_dim(dk, "key", cls)
+  if type(opts) ~= "table" then
+    check.fail(3, "%s: expected an options table {score=, query=, key=, ...}", cls)
+  end
+  local o = Attention.options:check(opts, 3)
+  self.score, self.mode = o.score, o.mode
+  local dq = o.query
+  local dk = o.key or dq
   local dh = o.hidden or dk
-  check_dim(dh, "hidden", cls)
   self.query_size, self.key_size, self.hidden_size = dq, dk, dh
-  self.window = o.window or 10
-  self.temperature = o.temperature or 1
-  self.normaliser = one_of(o.normaliser or "softmax", {"softmax", "sigmoid"}, "normaliser", cls)
-  self.soft_prob = o.soft_prob or 0
-  self.hard_eval = one_of(o.hard_eval or "argmax", {"argmax", "sample", "soft", "region"},
-                          "hard_eval", cls)
-  self.region = o.region or 3
-  self.estimator = one_of(o.estimator or "reinforce", {"reinforce", "gumbel"}, "estimator", cls)
-  self.tau = o.tau or 1
-  self.use_coverage = o.coverage and true or false
+  self.window = o.window
+  self.temperature = o.temperature
+  self.normaliser = o.normaliser
+  self.soft_prob = o.soft_prob
+  self.hard_eval = o.hard_eval
+  self.region = o.region
+  self.estimator = o.estimator
+  self.tau = o.tau
+  self.use_coverage = o.coverage
   local s = self.score
   if (s == "dot" or s == "scaled_dot") and dq ~= dk then
-    error(string.format("%s: the %s score needs query == key sizes, got %d and %d (use general)",
-                        cls, s, dq, dk), 3)
+    check.fail(3, "%s: the %s score needs query == key sizes, got %d and %d (use general)",
+               cls, s, dq, dk)
   end
   if self.mode == "monotonic" and self.use_coverage then
-    error(cls .. ": monotonic mode does not take coverage", 3)
+    check.fail(3, "%s: monotonic mode does not take coverage", cls)
   end
   if (self.mode == "location" or self.use_coverage) and s ~= "additive" and s ~= "concat" then
-    error(cls .. ": location-aware mode and coverage need the additive or concat score", 3)
+    check.fail(3, "%s: location-aware mode and coverage need the additive or concat score", cls)
   end
   local bh = 1 / math.sqrt(dh)
   if s == "general" then
@@ -98,12 +115,12 @@ function Attention:init(o)
     self.proj = linear(dq + dk, dh, false)            -- W [q; k]
     self.v = uniform({dh}, bh)
   elseif s == "location" then
-    self.max_len = o.max_len or 100
+    self.max_len = o.max_len
     self.proj = linear(dq, self.max_len, true)        -- a = softmax(W q)
   elseif s == "conv" then                            -- Allamanis et al. 2016
     local R = o.kernel or 5
-    if math.type(R) ~= "integer" or R < 1 or R % 2 == 0 then
-      error(cls .. ": the conv score's kernel must be a positive odd integer, got " .. tostring(R), 3)
+    if R % 2 == 0 then
+      check.fail(3, "%s: the conv score's kernel must be a positive odd integer, got %d", cls, R)
     end
     self.conv_width = R
     self.conv1 = linear(R * dk, dh, true)              -- F1, b1: H filters over the keys
@@ -111,7 +128,7 @@ function Attention:init(o)
     self.conv2 = linear(R * dh, 1, false)              -- F2: one score per position
   elseif s == "cosine" then
     if dq ~= dk or o.project then self.query_proj = linear(dq, dk, false) end
-    if type(o.beta) == "number" then
+    if o.beta ~= nil then
       self.beta = o.beta
     else
       self.beta_proj = linear(dq, 1, true)            -- beta = softplus(w^T q + b)
@@ -121,16 +138,16 @@ function Attention:init(o)
   if self.mode == "monotonic" then
     -- p = sigmoid(e + r + noise): r < 0 starts with small stopping probabilities (Raffel
     -- et al. use r = -4 with long training; -1 suits short budgets); noise (std) in training
-    self.monotonic_r = glimpse.full({1}, o.monotonic_r or -1):requires_grad()
-    self.noise = o.noise or 1
+    self.monotonic_r = glimpse.full({1}, o.monotonic_r):requires_grad()
+    self.noise = o.noise
   end
   if self.mode == "local-p" then
     self.pos_proj = linear(dq, dh, false)             -- p_t = S sigmoid(v_p^T tanh(W_p q))
     self.pos_v = uniform({dh}, bh)
   elseif self.mode == "location" then
-    self.filters = o.filters or 8
+    self.filters = o.filters
     self.kernel = o.kernel or 7
-    if self.kernel % 2 == 0 then error(cls .. ": kernel must be odd", 3) end
+    if self.kernel % 2 == 0 then check.fail(3, "%s: kernel must be odd", cls) end
     self.location_filters = uniform({self.filters, self.kernel}, 1 / math.sqrt(self.kernel))
     self.location_proj = linear(self.filters, dh, false)
   end
@@ -161,11 +178,12 @@ end
 -- (the keys are projected here, once).
 function Attention:precompute(keys, values, mask)
   if not glimpse.is_tensor(keys) or keys:dim() ~= 3 then
-    error("Attention:precompute: keys must be a (B,L,Dk) tensor", 2)
+    check.fail(2, "Attention:precompute: keys must be a (B,L,Dk) tensor, got %s",
+               check.shape(keys))
   end
   if keys.shape[3] ~= self.key_size then
-    error(string.format("Attention:precompute: keys have width %d, the module was built for %d",
-                        keys.shape[3], self.key_size), 2)
+    check.fail(2, "Attention:precompute: keys have width %d, the module was built for %d",
+               keys.shape[3], self.key_size)
   end
   if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
   return {cache = att.precompute(self.score, self:score_params(), keys), keys = keys,
@@ -177,9 +195,7 @@ function Attention:forward(q, keys, values, mask, state)
     keys, values, mask = state.keys, values or state.values, mask or state.mask
   end
   if not glimpse.is_tensor(q) or q:dim() ~= 2 or q.shape[2] ~= self.query_size then
-    error(string.format("Attention: query must be (B,%d), got %s", self.query_size,
-                        glimpse.is_tensor(q) and "{" .. table.concat(q.shape, ",") .. "}"
-                        or type(q)), 2)
+    check.fail(2, "Attention: query must be (B,%d), got %s", self.query_size, check.shape(q))
   end
   if not state or state.keys ~= keys or not state.cache then
     state = self:precompute(keys, values, mask)

@@ -1,11 +1,12 @@
 --- glimpse.nn.conv -- nn.Conv2d, 2-D convolution.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local init = require "glimpse.nn.weight_init"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module
-local check_int, pair, opts_of, pair_str = base.check_int, base.pair, base.opts_of, base.pair_str
-local param, is_tensor = base.param, base.is_tensor
+local pair, pair_str, param, is_tensor = base.pair, base.pair_str, base.param, base.is_tensor
 
 local M = {}
 
@@ -16,20 +17,26 @@ local M = {}
 local Conv2d = Module:extend("Conv2d")
 M.Conv2d = Conv2d
 
+Conv2d.options = options.declare("nn.Conv2d", {
+  {"stride", "int|table", 1, help = "step between windows: an integer or {h, w}"},
+  {"padding", "int|table", 0, help = "zeros added on each side: an integer or {h, w}"},
+  {"bias", "boolean", true, help = "learn a bias per output channel"},
+})
+
 --- nn.Conv2d(cin, cout, k, {stride=1, padding=0, bias=true}) -> module; k, stride, padding:
 --- an integer or {h, w}.  x (B,cin,H,W) -> (B,cout,Ho,Wo), Ho = (H + 2 padding - kh)//stride + 1
 function Conv2d:init(cin, cout, k, opts)
-  check_int(cin, "in_channels", "Conv2d", 1, 3)
-  check_int(cout, "out_channels", "Conv2d", 1, 3)
-  opts = opts_of(opts, "Conv2d")
+  check.int("nn.Conv2d", "in_channels", cin, 1, nil, 3)
+  check.int("nn.Conv2d", "out_channels", cout, 1, nil, 3)
+  local o = Conv2d.options:check(opts, 3)
   self.in_channels, self.out_channels = cin, cout
-  self.kernel_size = pair(k, "kernel_size", "Conv2d", 1)
-  self.stride = pair(opts.stride or 1, "stride", "Conv2d", 1)
-  self.padding = pair(opts.padding or 0, "padding", "Conv2d", 0)
+  self.kernel_size = pair(k, "kernel_size", "nn.Conv2d", 1)
+  self.stride = pair(o.stride, "stride", "nn.Conv2d", 1)
+  self.padding = pair(o.padding, "padding", "nn.Conv2d", 0)
   local kh, kw = self.kernel_size[1], self.kernel_size[2]
   local bound = 1 / math.sqrt(cin * kh * kw)
   self.weight = init.uniform_(param(cout, cin, kh, kw), -bound, bound)
-  if opts.bias ~= false then self.bias = init.uniform_(param(cout), -bound, bound) end
+  if o.bias then self.bias = init.uniform_(param(cout), -bound, bound) end
 end
 
 function Conv2d:forward(x)

@@ -1,5 +1,6 @@
 --- glimpse.nn.dropout -- nn.Dropout.
 local glimpse = require "glimpse"
+local options = require "glimpse.options"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module
@@ -9,14 +10,14 @@ local M = {}
 local Dropout = Module:extend("Dropout")
 M.Dropout = Dropout
 
---- nn.Dropout(p=0.5) -> module; in training zeroes each element with probability p and
---- scales the rest by 1/(1-p); the identity in evaluation mode
+Dropout.options = options.declare("nn.Dropout", {
+  {"p", "number", 0.5, range = {0, 1}, help = "probability of zeroing an element"},
+})
+
+--- nn.Dropout(p=0.5) (or nn.Dropout{p=}) -> module; in training zeroes each element with
+--- probability p and scales the rest by 1/(1-p); the identity in evaluation mode
 function Dropout:init(p)
-  p = p or 0.5
-  if type(p) ~= "number" or p < 0 or p > 1 then
-    error("Dropout: p must be a number in [0,1], got " .. tostring(p), 2)
-  end
-  self.p = p
+  self.p = Dropout.options:check(type(p) == "table" and p or {p = p}, 3).p
 end
 
 function Dropout:forward(x)

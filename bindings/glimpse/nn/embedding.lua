@@ -1,10 +1,11 @@
 --- glimpse.nn.embedding -- nn.Embedding, a lookup table of learned vectors.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local init = require "glimpse.nn.weight_init"
 local base = require "glimpse.nn.module"
 
-local Module = base.Module
-local check_int, opts_of, param = base.check_int, base.opts_of, base.param
+local Module, param = base.Module, base.param
 
 local M = {}
 
@@ -14,19 +15,24 @@ local M = {}
 local Embedding = Module:extend("Embedding")
 M.Embedding = Embedding
 
+Embedding.options = options.declare("nn.Embedding", {
+  {"padding_idx", "int", nil, help = "a row (1-based; negative counts from the end) that " ..
+                                     "starts at zero and gets no gradient"},
+})
+
 --- nn.Embedding(n, d, {padding_idx=nil}) -> module; ids (...) 1-based (tensor or table)
 --- -> (..., d).  padding_idx (1-based; negative counts from the end) names a row that starts
 --- at zero and never gets a gradient.
 function Embedding:init(n, d, opts)
-  check_int(n, "num_embeddings", "Embedding", 1, 3)
-  check_int(d, "embedding_dim", "Embedding", 1, 3)
-  opts = opts_of(opts, "Embedding")
+  check.int("nn.Embedding", "num_embeddings", n, 1, nil, 3)
+  check.int("nn.Embedding", "embedding_dim", d, 1, nil, 3)
+  local o = Embedding.options:check(opts, 3)
   self.num_embeddings, self.embedding_dim = n, d
-  local pad = opts.padding_idx
+  local pad = o.padding_idx
   if pad ~= nil then
-    if math.type(pad) ~= "integer" or pad == 0 or pad > n or pad < -n then
-      error(string.format("Embedding: padding_idx must be an integer in 1..%d (or -%d..-1), " ..
-                          "got %s", n, n, tostring(pad)), 2)
+    if pad == 0 or pad > n or pad < -n then
+      check.fail(3, "nn.Embedding: padding_idx must be an integer in 1..%d (or -%d..-1), got %s",
+                 n, n, tostring(pad))
     end
     if pad < 0 then pad = n + pad + 1 end
   end

@@ -13,9 +13,10 @@
 --   pointer.lua     nn.Pointer
 --   transformer.lua nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.PositionalEncoding
 --
--- Each file requires only glimpse.nn.module (and the engine, glimpse.attention or
--- glimpse.nn_init), so any of them may be required on its own (require "glimpse.nn.rnn")
--- and gives the same classes as this table.  A new family is one file plus one line below.
+-- Each file requires only glimpse.nn.module, glimpse.check, glimpse.options (and the
+-- engine, glimpse.attention or glimpse.nn.weight_init), so any of them may be required on its
+-- own (require "glimpse.nn.rnn") and gives the same classes as this table.  A layer with an
+-- options table declares it once as Class.options.  A new family is one file plus one line.
 local base = require "glimpse.nn.module"
 
 local M = {Module = base.Module, is_module = base.is_module}

@@ -1,10 +1,11 @@
 --- glimpse.nn.linear -- nn.Linear, the fully connected layer.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local init = require "glimpse.nn.weight_init"
 local base = require "glimpse.nn.module"
 
-local Module = base.Module
-local check_int, opts_of, param = base.check_int, base.opts_of, base.param
+local Module, param = base.Module, base.param
 
 local M = {}
 
@@ -15,21 +16,26 @@ local M = {}
 local Linear = Module:extend("Linear")
 M.Linear = Linear
 
+Linear.options = options.declare("nn.Linear", {
+  {"bias", "boolean", true, help = "learn the bias b"},
+  {"init", "boolean", true, help = "draw the weights (false: leave them uninitialised, for " ..
+                                   "weights about to be loaded)"},
+})
+
 --- nn.Linear(din, dout, {bias=true, init=true}) -> module; y = x W^T + b for x (..., din).
 --- init=false leaves the weights uninitialised (glimpse.empty) for weights about to be loaded
 --- (PyTorch's torch.nn.utils.skip_init).
 function Linear:init(din, dout, opts)
-  check_int(din, "in_features", "Linear", 1, 3)
-  check_int(dout, "out_features", "Linear", 1, 3)
-  opts = opts_of(opts, "Linear")
+  check.int("nn.Linear", "in_features", din, 1, nil, 3)
+  check.int("nn.Linear", "out_features", dout, 1, nil, 3)
+  local o = Linear.options:check(opts, 3)
   self.in_features, self.out_features = din, dout
   local bound = 1 / math.sqrt(din)
-  local fill = opts.init ~= false
   self.weight = param(dout, din)
-  if fill then init.uniform_(self.weight, -bound, bound) end
-  if opts.bias ~= false then
+  if o.init then init.uniform_(self.weight, -bound, bound) end
+  if o.bias then
     self.bias = param(dout)
-    if fill then init.uniform_(self.bias, -bound, bound) end
+    if o.init then init.uniform_(self.bias, -bound, bound) end
   end
 end
 

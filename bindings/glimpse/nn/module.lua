@@ -10,23 +10,14 @@
 --   function Net:forward(x) return self.fc(x) * self.scale end
 --   local net = Net(784); local y = net(x)           -- calling an instance calls forward
 --
--- Registration order is kept: named_parameters() and state_dict() list a module's own
--- parameters, then its buffers, then each submodule's entries under "<child>.", the way
--- PyTorch does, so names and order match PyTorch's state_dict (Sequential children are named
--- "0", "1", ... like PyTorch's, while seq[1] is the first child from Lua).
---
--- This file returns {Module=, is_module=} and the argument helpers the layer files share
--- (check_int, pair, opts_of, pair_str, param, shape_str, is_tensor, uniform, check_dim,
--- one_of); glimpse.nn (nn/init.lua) publishes
--- Module and is_module.
+-- This file returns {Module=, is_module=} and the few helpers the layer files share (pair,
+-- pair_str, param, uniform, is_tensor); glimpse.nn (nn/init.lua) publishes Module and
+-- is_module.  Argument checks and option tables come from glimpse.check and glimpse.options.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
 
 local M = {}
 local is_tensor = glimpse.is_tensor
-
-local function shape_str(t)
-  return "[" .. table.concat(t.shape, ",") .. "]"
-end
 
 local function is_module(v)
   return type(v) == "table" and rawget(v, "_modules") ~= nil and getmetatable(v) ~= nil
@@ -338,7 +329,10 @@ function Module:num_parameters()
   return n
 end
 
--- the state entries in PyTorch order: per module its parameters then its buffers
+-- The state entries in PyTorch order.  Registration order is kept: a module's own
+-- parameters, then its buffers, then each submodule's entries under "<child>.", so names and
+-- order match PyTorch's state_dict (Sequential children are named "0", "1", ... like
+-- PyTorch's, while seq[1] is the first child from Lua).
 local function state_entries(self)
   local out = {}
   for prefix, m in self:named_modules() do
@@ -406,7 +400,7 @@ function Module:load_state_dict(sd, opts)
     elseif not shapes_fit(v, t) then
       problems[#problems + 1] = string.format("size mismatch for %s: the checkpoint has " ..
                                               "shape %s, the model has %s", name,
-                                              shape_str(v), shape_str(t))
+                                              check.shape(v), check.shape(t))
     end
   end
   for k in pairs(sd) do
@@ -502,32 +496,24 @@ function Module:__tostring()
 end
 
 -- ---------------------------------------------------------------------------------------
--- argument helpers for the layers
+-- helpers for the layers
 
-local function check_int(v, what, cls, lo, level)
-  if math.type(v) ~= "integer" or v < (lo or 1) then
-    error(string.format("%s: %s must be an integer >= %d, got %s", cls, what, lo or 1,
-                        tostring(v)), (level or 2) + 1)
-  end
-  return v
-end
-
--- an int or {h, w} -> {h, w}
+-- an int or {h, w} -> {h, w}; an error names cls and the line that called its constructor
 local function pair(v, what, cls, lo)
+  local given = v
   if math.type(v) == "integer" then v = {v, v} end
   if type(v) ~= "table" or #v ~= 2 or math.type(v[1]) ~= "integer" or math.type(v[2]) ~= "integer"
      or v[1] < lo or v[2] < lo then
-    error(string.format("%s: %s must be an integer >= %d or {h, w} of them, got %s", cls, what,
-                        lo, tostring(v)), 3)
+    local shown = check.value(given)
+    if type(given) == "table" then
+      local parts = {}
+      for i, x in ipairs(given) do parts[i] = tostring(x) end
+      shown = "{" .. table.concat(parts, ",") .. "}"
+    end
+    check.fail(4, "%s: %s must be an integer >= %d or {h, w} of them, got %s", cls, what, lo,
+               shown)
   end
   return {v[1], v[2]}
-end
-
-local function opts_of(opts, cls)
-  if opts ~= nil and type(opts) ~= "table" then
-    error(cls .. ": options must be a table, got " .. type(opts), 3)
-  end
-  return opts or {}
 end
 
 local function pair_str(p)
@@ -545,22 +531,6 @@ local function uniform(shape, bound)
   return t:requires_grad()
 end
 
--- a positive integer size, checked from a constructor (the error names the caller's line)
-local function check_dim(v, what, cls)
-  if math.type(v) ~= "integer" or v < 1 then
-    error(string.format("%s: %s must be a positive integer, got %s", cls, what, tostring(v)), 4)
-  end
-end
-
--- v when it is one of list, else an error from a constructor
-local function one_of(v, list, what, cls)
-  for _, x in ipairs(list) do if x == v then return v end end
-  error(string.format("%s: unknown %s %q (one of %s)", cls, what, tostring(v),
-                      table.concat(list, ", ")), 4)
-end
-
-M.check_int, M.pair, M.opts_of, M.pair_str, M.param = check_int, pair, opts_of, pair_str, param
-M.shape_str, M.is_tensor = shape_str, is_tensor
-M.uniform, M.check_dim, M.one_of = uniform, check_dim, one_of
+M.pair, M.pair_str, M.param, M.uniform, M.is_tensor = pair, pair_str, param, uniform, is_tensor
 
 return M

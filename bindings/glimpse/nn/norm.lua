@@ -1,10 +1,10 @@
 --- glimpse.nn.norm -- normalisation layers: nn.LayerNorm, nn.BatchNorm2d, nn.BatchNorm1d.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local base = require "glimpse.nn.module"
 
-local Module = base.Module
-local check_int, opts_of = base.check_int, base.opts_of
-local shape_str, is_tensor = base.shape_str, base.is_tensor
+local Module, is_tensor = base.Module, base.is_tensor
 
 local M = {}
 
@@ -14,17 +14,24 @@ local M = {}
 local LayerNorm = Module:extend("LayerNorm")
 M.LayerNorm = LayerNorm
 
+LayerNorm.options = options.declare("nn.LayerNorm", {
+  {"eps", "number", 1e-5, range = {0}, help = "added to the variance"},
+  {"elementwise_affine", "boolean", true, help = "learn a scale (weight) and shift (bias)"},
+})
+
 --- nn.LayerNorm(d, {eps=1e-5, elementwise_affine=true}) -> module; d an integer or a shape
 --- table of the trailing dims; weight (d) = 1, bias (d) = 0
 function LayerNorm:init(d, opts)
-  opts = opts_of(opts, "LayerNorm")
+  local o = LayerNorm.options:check(opts, 3)
   local shape = type(d) == "table" and {table.unpack(d)} or {d}
   local n = 1
-  for _, s in ipairs(shape) do n = n * check_int(s, "normalized_shape", "LayerNorm", 1, 3) end
-  if #shape == 0 then error("LayerNorm: normalized_shape must not be empty", 2) end
+  for _, s in ipairs(shape) do
+    n = n * check.int("nn.LayerNorm", "normalized_shape", s, 1, nil, 3)
+  end
+  if #shape == 0 then check.fail(3, "nn.LayerNorm: normalized_shape must not be empty") end
   self.normalized_shape, self.numel_normalized = shape, n
-  self.eps = opts.eps or 1e-5
-  if opts.elementwise_affine ~= false then
+  self.eps = o.eps
+  if o.elementwise_affine then
     self.weight = glimpse.ones(table.unpack(shape)):requires_grad()
     self.bias = glimpse.zeros(table.unpack(shape)):requires_grad()
   end
@@ -32,15 +39,15 @@ end
 
 function LayerNorm:forward(x)
   if not glimpse.is_tensor(x) then
-    error("LayerNorm: input must be a tensor (..., normalized shape), got " .. type(x), 2)
+    check.fail(2, "nn.LayerNorm: input must be a tensor (..., normalized shape), got %s", type(x))
   end
   local shape, ns = x.shape, self.normalized_shape
   local lead = #shape - #ns
   local ok = lead >= 0
   for i = 1, #ns do ok = ok and shape[lead + i] == ns[i] end
   if not ok then
-    error(string.format("LayerNorm: input %s does not end in the normalized shape [%s]",
-                        shape_str(x), table.concat(ns, ",")), 2)
+    check.fail(2, "nn.LayerNorm: input %s does not end in the normalized shape [%s]",
+               check.shape(x), table.concat(ns, ","))
   end
   if #ns == 1 then return glimpse.layer_norm(x, self.weight, self.bias, self.eps) end
   local n = self.numel_normalized
@@ -64,23 +71,29 @@ end
 
 local function batchnorm_class(name, dims)
   local cls = Module:extend(name)
+  local owner = "nn." .. name
+  cls.options = options.declare(owner, {
+    {"momentum", "number|boolean", 0.1, range = {0, 1},
+     help = "weight of a batch in the running statistics (false: their cumulative average)"},
+    {"eps", "number", 1e-5, range = {0}, help = "added to the variance"},
+    {"affine", "boolean", true, help = "learn a scale (weight) and shift (bias) per channel"},
+    {"track_running_stats", "boolean", true, help = "keep running statistics for evaluation"},
+  })
   --- nn.BatchNorm2d(c, {momentum=0.1, eps=1e-5, affine=true, track_running_stats=true})
   function cls:init(c, opts)
-    check_int(c, "num_features", name, 1, 3)
-    opts = opts_of(opts, name)
+    check.int(owner, "num_features", c, 1, nil, 3)
+    local o = cls.options:check(opts, 3)
     self.num_features = c
-    self.eps = opts.eps or 1e-5
-    if opts.momentum == nil then self.momentum = 0.1 else self.momentum = opts.momentum end
-    if self.momentum ~= false and (type(self.momentum) ~= "number" or self.momentum < 0
-                                   or self.momentum > 1) then
-      error(name .. ": momentum must be a number in [0,1] or false, got " ..
-            tostring(self.momentum), 2)
+    self.eps = o.eps
+    self.momentum = o.momentum
+    if self.momentum == true then
+      check.fail(3, "%s: momentum must be a number in [0,1] or false, got true", owner)
     end
-    if opts.affine ~= false then
+    if o.affine then
       self.weight = glimpse.ones(c):requires_grad()
       self.bias = glimpse.zeros(c):requires_grad()
     end
-    self.track_running_stats = opts.track_running_stats ~= false
+    self.track_running_stats = o.track_running_stats
     if self.track_running_stats then
       self:register_buffer("running_mean", glimpse.zeros(c))
       self:register_buffer("running_var", glimpse.ones(c))
@@ -90,8 +103,7 @@ local function batchnorm_class(name, dims)
   function cls:forward(x)
     local nd = is_tensor(x) and x:dim()
     if not dims[nd] then
-      error(string.format("%s: expected a %s input, got %s", name, dims.what,
-                          is_tensor(x) and shape_str(x) or type(x)), 2)
+      check.fail(2, "%s: expected a %s input, got %s", owner, dims.what, check.shape(x))
     end
     local momentum = self.momentum or 0
     if self.training and self.track_running_stats then

@@ -1,16 +1,12 @@
 --- glimpse.nn.pointer -- nn.Pointer, the pointer network's output layer (Vinyals et al. 2015).
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local att = require "glimpse.attention"
 local base = require "glimpse.nn.module"
 local Linear = require("glimpse.nn.linear").Linear
 
-local Module = base.Module
-local uniform, check_dim = base.uniform, base.check_dim
-
--- A Linear layer without depending on its constructor's argument checks' wording.
-local function linear(din, dout, bias)
-  return Linear(din, dout, {bias = bias})
-end
+local Module, uniform = base.Module, base.uniform
 
 local M = {}
 
@@ -20,6 +16,14 @@ local M = {}
 local Pointer = Module:extend("Pointer")
 M.Pointer = Pointer
 
+Pointer.options = options.declare("nn.Pointer", {
+  {"query", "int", nil, range = {1}, required = true, help = "query width Dq"},
+  {"key", "int", nil, range = {1}, help = "key width Dk (default: query)"},
+  {"hidden", "int", nil, range = {1}, help = "hidden width H of the score (default: key)"},
+  {"logit_clip", "number", 0, range = {0}, help = "C > 0: u <- C tanh(u) (Bello et al. use " ..
+                                              "10); 0: off"},
+})
+
 --- nn.Pointer{query=Dq, key=Dk, hidden=H, logit_clip=0} -> module
 -- u_j = v^T tanh(W1 k_j + W2 q) over input positions j (Vinyals et al. 2015, eq. 3); the
 -- output distribution is softmax(u) over the positions that are neither padding nor already
@@ -28,21 +32,23 @@ M.Pointer = Pointer
 --   ptr(query (B,Dq), keys (B,L,Dk), mask (B,L) or nil, chosen (B,L) or nil, state or nil)
 -- logit_clip = C > 0: u_j <- C tanh(u_j) (Bello et al. 2016 use C = 10), which bounds how
 -- sure the pointer can be; 0: off (the paper's).
-function Pointer:init(o)
+function Pointer:init(opts)
   local cls = "nn.Pointer"
-  if type(o) ~= "table" then error(cls .. ": expected an options table {query=, key=, hidden=}", 3) end
-  local dq, dk = o.query, o.key or o.query
-  check_dim(dq, "query", cls)
-  check_dim(dk, "key", cls)
+  if type(opts) ~= "table" then
+    check.fail(3, "%s: expected an options table {query=, key=, hidden=}", cls)
+  end
+  local o = Pointer.options:check(opts, 3)
+  local dq = o.query
+  local dk = o.key or dq
   local dh = o.hidden or dk
-  check_dim(dh, "hidden", cls)
   self.query_size, self.key_size, self.hidden_size = dq, dk, dh
-  self.key_proj = linear(dk, dh, false)     -- W1
-  self.query_proj = linear(dq, dh, false)   -- W2
+  self.key_proj = Linear(dk, dh, {bias = false})     -- W1
+  self.query_proj = Linear(dq, dh, {bias = false})   -- W2
   self.v = uniform({dh}, 1 / math.sqrt(dh))
-  local c = o.logit_clip or 0
-  if type(c) ~= "number" or c < 0 or c ~= c or c == math.huge then
-    error(cls .. ": option 'logit_clip' must be a finite number >= 0 (0: off), got " .. tostring(c), 3)
+  local c = o.logit_clip
+  if c == math.huge then
+    check.fail(3, "%s: option 'logit_clip' must be a finite number >= 0 (0: off), got %s", cls,
+               tostring(c))
   end
   self.logit_clip = c
 end
@@ -50,9 +56,9 @@ end
 --- ptr:precompute(keys (B,L,Dk), mask) -> state (W1 k projected once per sequence)
 function Pointer:precompute(keys, mask)
   if not glimpse.is_tensor(keys) or keys:dim() ~= 3 or keys.shape[3] ~= self.key_size then
-    error(string.format("nn.Pointer: keys must be a (B,L,%d) tensor (key=%d), got %s",
-                        self.key_size, self.key_size, glimpse.is_tensor(keys) and
-                        ("shape [" .. table.concat(keys.shape, ",") .. "]") or type(keys)), 2)
+    check.fail(2, "nn.Pointer: keys must be a (B,L,%d) tensor (key=%d), got %s", self.key_size,
+               self.key_size, glimpse.is_tensor(keys) and "shape " .. check.shape(keys)
+               or type(keys))
   end
   if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
   return {keys = keys, mask = mask, uk = glimpse.linear(keys, self.key_proj.weight)}
@@ -61,9 +67,9 @@ end
 function Pointer:forward(q, keys, mask, chosen, state)
   if keys == nil and state then keys, mask = state.keys, mask or state.mask end
   if not glimpse.is_tensor(q) or q:dim() ~= 2 or q.shape[2] ~= self.query_size then
-    error(string.format("nn.Pointer: query must be a (B,%d) tensor (query=%d), got %s",
-                        self.query_size, self.query_size, glimpse.is_tensor(q) and
-                        ("shape [" .. table.concat(q.shape, ",") .. "]") or type(q)), 2)
+    check.fail(2, "nn.Pointer: query must be a (B,%d) tensor (query=%d), got %s",
+               self.query_size, self.query_size, glimpse.is_tensor(q) and
+               "shape " .. check.shape(q) or type(q))
   end
   if not state or state.keys ~= keys then state = self:precompute(keys, mask) end
   local e = att.additive_scores(glimpse.linear(q, self.query_proj.weight), state.uk, self.v)

@@ -1,10 +1,11 @@
 --- glimpse.nn.pool -- pooling: nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 local base = require "glimpse.nn.module"
 
 local Module = base.Module
-local pair, pair_str = base.pair, base.pair_str
-local shape_str, is_tensor = base.shape_str, base.is_tensor
+local pair, pair_str, is_tensor = base.pair, base.pair_str, base.is_tensor
 
 local M = {}
 
@@ -13,18 +14,30 @@ local M = {}
 
 local function pool_class(name, fn)
   local cls = Module:extend(name)
-  --- nn.MaxPool2d(k, stride=k, padding=0) / nn.AvgPool2d(...): each an integer or {h, w}
+  local owner = "nn." .. name
+  cls.options = options.declare(owner, {
+    {"stride", "int|table", nil, help = "step between windows: an integer or {h, w} " ..
+                                        "(default: the kernel size)"},
+    {"padding", "int|table", 0, help = "padding on each side: an integer or {h, w}"},
+  })
+  --- nn.MaxPool2d(k, stride=k, padding=0) / nn.AvgPool2d(...): each an integer or {h, w};
+  --- also nn.MaxPool2d(k, {stride=, padding=})
   function cls:init(k, stride, padding)
-    self.kernel_size = pair(k, "kernel_size", name, 1)
-    self.stride = stride == nil and {self.kernel_size[1], self.kernel_size[2]}
-                  or pair(stride, "stride", name, 1)
-    self.padding = pair(padding or 0, "padding", name, 0)
+    local o
+    if type(stride) == "table" and stride[1] == nil and padding == nil then
+      o = cls.options:check(stride, 3)
+    else
+      o = cls.options:check({stride = stride, padding = padding}, 3)
+    end
+    self.kernel_size = pair(k, "kernel_size", owner, 1)
+    self.stride = o.stride == nil and {self.kernel_size[1], self.kernel_size[2]}
+                  or pair(o.stride, "stride", owner, 1)
+    self.padding = pair(o.padding, "padding", owner, 0)
   end
   function cls:forward(x)
     if not is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
-      error(string.format("nn.%s: input must be a (B,C,H,W) or (C,H,W) tensor, got %s", name,
-                          is_tensor(x) and ("shape [" .. table.concat(x.shape, ",") .. "]")
-                          or type(x)), 2)
+      check.fail(2, "%s: input must be a (B,C,H,W) or (C,H,W) tensor, got %s", owner,
+                 is_tensor(x) and "shape " .. check.shape(x) or type(x))
     end
     if x:dim() == 3 then
       return fn(x:unsqueeze(1), self.kernel_size, self.stride, self.padding):squeeze(1)
@@ -52,13 +65,7 @@ M.AdaptiveAvgPool2d = AdaptiveAvgPool2d
 
 --- nn.AdaptiveAvgPool2d(size) -> module; size an integer or {oh, ow}
 function AdaptiveAvgPool2d:init(size)
-  if math.type(size) == "integer" then size = {size, size} end
-  if type(size) ~= "table" or math.type(size[1]) ~= "integer" or math.type(size[2]) ~= "integer"
-     or size[1] < 1 or size[2] < 1 then
-    error("AdaptiveAvgPool2d: output size must be an integer >= 1 or {oh, ow} of them, got " ..
-          tostring(size), 3)
-  end
-  self.output_size = {size[1], size[2]}
+  self.output_size = pair(size, "output size", "nn.AdaptiveAvgPool2d", 1)
   self._pool_mats = {}            -- (H*W, oh*ow) averaging matrices by input size
 end
 
@@ -85,8 +92,8 @@ end
 
 function AdaptiveAvgPool2d:forward(x)
   if not is_tensor(x) or (x:dim() ~= 3 and x:dim() ~= 4) then
-    error("AdaptiveAvgPool2d: expected a (B,C,H,W) or (C,H,W) tensor, got " ..
-          (is_tensor(x) and shape_str(x) or type(x)), 2)
+    check.fail(2, "nn.AdaptiveAvgPool2d: expected a (B,C,H,W) or (C,H,W) tensor, got %s",
+               check.shape(x))
   end
   local single = x:dim() == 3
   if single then x = x:unsqueeze(1) end

@@ -10,6 +10,8 @@
 -- is a fused engine op (engine/ops_rnn.c); a sequence runs one input projection (one sgemm)
 -- and one fused recurrence node per layer and direction.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 
 local Module = require("glimpse.nn.module").Module
 
@@ -17,19 +19,30 @@ local M = {}
 
 local GATES = {RNN = 1, LSTM = 4, GRU = 3}
 
-local function check_size(v, what, fname)
-  if math.type(v) ~= "integer" or v < 1 then
-    error(string.format("%s: %s must be a positive integer, got %s", fname, what, tostring(v)), 4)
-  end
-end
+local BIAS = {"bias", "boolean", true, help = "learn the biases b_ih and b_hh"}
+local NONLINEARITY = {"nonlinearity", "string", "tanh", choices = {"tanh", "relu"},
+                      help = "the activation of the recurrence"}
 
-local function check_nonlinearity(opts, fname)
-  local nl = opts.nonlinearity or "tanh"
-  if nl ~= "tanh" and nl ~= "relu" then
-    error(fname .. ": nonlinearity must be \"tanh\" or \"relu\", got " .. tostring(nl), 4)
-  end
-  return nl
-end
+-- the options of the cells and of the sequence layers, by kind
+local CELL_OPTIONS = {
+  LSTM = options.declare("nn.LSTMCell", {BIAS}),
+  GRU = options.declare("nn.GRUCell", {BIAS}),
+  RNN = options.declare("nn.RNNCell", {BIAS, NONLINEARITY}),
+}
+
+local SEQ_ENTRIES = {
+  {"layers", "int", 1, range = {1}, aliases = {"num_layers"}, help = "stacked layers"},
+  {"bidirectional", "boolean", false, help = "also run a layer over the reversed sequence"},
+  {"dropout", "number", 0, range = {0, 1},
+   help = "dropout on every layer's output but the last (training mode)"},
+  BIAS,
+  {"batch_first", "boolean", true, help = "inputs are (B,T,D) (the only layout supported)"},
+}
+local SEQ_OPTIONS = {
+  LSTM = options.declare("nn.LSTM", SEQ_ENTRIES),
+  GRU = options.declare("nn.GRU", SEQ_ENTRIES),
+}
+SEQ_OPTIONS.RNN = SEQ_OPTIONS.GRU:extend("nn.RNN", {NONLINEARITY})
 
 -- A parameter drawn from U(-k, k), k = 1/sqrt(hidden), PyTorch's default for recurrent layers.
 local function uniform_param(rows, cols, k)
@@ -38,22 +51,18 @@ local function uniform_param(rows, cols, k)
   return t:requires_grad()
 end
 
-local function shape_str(t)
-  return "[" .. table.concat(t.shape, ",") .. "]"
-end
-
 -- ------------------------------------------------------------------------------------------
 -- cells: one step, h' (and c') from x (B,D) and the previous state
 
-local function cell_init(self, kind, din, hidden, opts, fname)
-  check_size(din, "input size", fname)
-  check_size(hidden, "hidden size", fname)
-  opts = opts or {}
-  if type(opts) ~= "table" then error(fname .. ": options must be a table", 3) end
+local function cell_init(self, kind, din, hidden, opts)
+  local spec = CELL_OPTIONS[kind]
+  check.int(spec.owner, "input size", din, 1, nil, 4)
+  check.int(spec.owner, "hidden size", hidden, 1, nil, 4)
+  local o = spec:check(opts, 4)
   self.kind = kind
   self.input_size, self.hidden_size = din, hidden
-  self.use_bias = opts.bias ~= false
-  if kind == "RNN" then self.nonlinearity = check_nonlinearity(opts, fname) end
+  self.use_bias = o.bias
+  if kind == "RNN" then self.nonlinearity = o.nonlinearity end
   local G, k = GATES[kind] * hidden, 1 / math.sqrt(hidden)
   self.weight_ih = uniform_param(G, din, k)
   self.weight_hh = uniform_param(G, hidden, k)
@@ -71,7 +80,7 @@ local function cell_input(self, x, fname)
   local unbatched = x:dim() == 1
   if unbatched then x = x:unsqueeze(1) end
   if x:dim() ~= 2 or x:size(2) ~= self.input_size then
-    error(string.format("%s: input %s should be (B,%d) or (%d)", fname, shape_str(x),
+    error(string.format("%s: input %s should be (B,%d) or (%d)", fname, check.shape(x),
                         self.input_size, self.input_size), 3)
   end
   return x, unbatched
@@ -85,7 +94,7 @@ local function cell_state(self, s, B, unbatched, what, fname)
   end
   if unbatched and s:dim() == 1 then s = s:unsqueeze(1) end
   if s:dim() ~= 2 or s:size(1) ~= B or s:size(2) ~= self.hidden_size then
-    error(string.format("%s: %s %s should be (%d,%d)", fname, what, shape_str(s), B,
+    error(string.format("%s: %s %s should be (%d,%d)", fname, what, check.shape(s), B,
                         self.hidden_size), 3)
   end
   return s
@@ -102,11 +111,12 @@ end
 
 local LSTMCell = Module:extend("LSTMCell")
 M.LSTMCell = LSTMCell
+LSTMCell.options = CELL_OPTIONS.LSTM
 
 --- nn.LSTMCell(din, hidden, {bias=true}): i, f, g, o gates (PyTorch's layout).
 -- Parameters weight_ih (4H,D), weight_hh (4H,H), bias_ih (4H), bias_hh (4H), U(-1/sqrt(H), 1/sqrt(H)).
 function LSTMCell:init(din, hidden, opts)
-  cell_init(self, "LSTM", din, hidden, opts, "LSTMCell")
+  cell_init(self, "LSTM", din, hidden, opts)
 end
 
 --- h, c = cell(x (B,D), h (B,H) or nil, c (B,H) or nil, mask (B) or nil)
@@ -129,11 +139,12 @@ LSTMCell.extra_repr = cell_extra_repr
 
 local GRUCell = Module:extend("GRUCell")
 M.GRUCell = GRUCell
+GRUCell.options = CELL_OPTIONS.GRU
 
 --- nn.GRUCell(din, hidden, {bias=true}): r, z, n gates (PyTorch's layout),
 -- n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h' = (1 - z) * n + z * h.
 function GRUCell:init(din, hidden, opts)
-  cell_init(self, "GRU", din, hidden, opts, "GRUCell")
+  cell_init(self, "GRU", din, hidden, opts)
 end
 
 --- h = cell(x (B,D), h (B,H) or nil, mask (B) or nil)
@@ -150,11 +161,12 @@ GRUCell.extra_repr = cell_extra_repr
 
 local RNNCell = Module:extend("RNNCell")
 M.RNNCell = RNNCell
+RNNCell.options = CELL_OPTIONS.RNN
 
 --- nn.RNNCell(din, hidden, {bias=true, nonlinearity="tanh"|"relu"}):
 -- h' = tanh(W_ih x + b_ih + W_hh h + b_hh).
 function RNNCell:init(din, hidden, opts)
-  cell_init(self, "RNN", din, hidden, opts, "RNNCell")
+  cell_init(self, "RNN", din, hidden, opts)
 end
 
 --- h = cell(x (B,D), h (B,H) or nil, mask (B) or nil)
@@ -172,27 +184,22 @@ RNNCell.extra_repr = cell_extra_repr
 -- ------------------------------------------------------------------------------------------
 -- sequences: batch-first (B,T,D), layers, directions, per-sample lengths
 
-local function seq_init(self, kind, din, hidden, opts, fname)
-  check_size(din, "input size", fname)
-  check_size(hidden, "hidden size", fname)
-  opts = opts or {}
-  if type(opts) ~= "table" then error(fname .. ": options must be a table", 3) end
-  local layers = opts.layers or opts.num_layers or 1
-  check_size(layers, "layers", fname)
-  local dropout = opts.dropout or 0
-  if type(dropout) ~= "number" or dropout < 0 or dropout > 1 then
-    error(fname .. ": dropout must be a number in [0, 1], got " .. tostring(dropout), 3)
+local function seq_init(self, kind, din, hidden, opts)
+  local spec = SEQ_OPTIONS[kind]
+  check.int(spec.owner, "input size", din, 1, nil, 4)
+  check.int(spec.owner, "hidden size", hidden, 1, nil, 4)
+  local o = spec:check(opts, 4)
+  if not o.batch_first then
+    check.fail(4, "%s: only batch-first (B,T,D) input is supported", spec.owner)
   end
-  if opts.batch_first == false then
-    error(fname .. ": only batch-first (B,T,D) input is supported", 3)
-  end
+  local layers = o.layers
   self.kind = kind
   self.input_size, self.hidden_size = din, hidden
   self.num_layers = layers
-  self.bidirectional = opts.bidirectional and true or false
-  self.dropout = dropout
-  self.use_bias = opts.bias ~= false
-  if kind == "RNN" then self.nonlinearity = check_nonlinearity(opts, fname) end
+  self.bidirectional = o.bidirectional
+  self.dropout = o.dropout
+  self.use_bias = o.bias
+  if kind == "RNN" then self.nonlinearity = o.nonlinearity end
   local dirs = self.bidirectional and 2 or 1
   local G, k = GATES[kind] * hidden, 1 / math.sqrt(hidden)
   -- PyTorch's order: per layer, per direction: weight_ih, weight_hh, bias_ih, bias_hh
@@ -218,7 +225,7 @@ local function length_mask(lengths, B, T, fname)
   if glimpse.is_tensor(lengths) then
     if lengths:numel() ~= B then
       error(string.format("%s: lengths %s should hold one length per sample (%d)", fname,
-                          shape_str(lengths), B), 3)
+                          check.shape(lengths), B), 3)
     end
     lt = lengths:reshape(B):totable()
   elseif type(lengths) == "table" then
@@ -260,7 +267,7 @@ local function initial_state(self, state, B, unbatched, fname)
     if unbatched and t:dim() == 2 then t = t:unsqueeze(2) end
     if t:dim() ~= 3 or t:size(1) ~= n or t:size(2) ~= B or t:size(3) ~= self.hidden_size then
       error(string.format("%s: state.%s %s should be (%d,%d,%d) (layers*directions, B, H)",
-                          fname, what, shape_str(t), n, B, self.hidden_size), 4)
+                          fname, what, check.shape(t), n, B, self.hidden_size), 4)
     end
     local parts = {}
     for k = 1, n do parts[k] = t:select(1, k) end
@@ -280,7 +287,7 @@ local function seq_forward(self, x, lengths, state)
   local unbatched = x:dim() == 2
   if unbatched then x = x:unsqueeze(1) end
   if x:dim() ~= 3 or x:size(3) ~= self.input_size then
-    error(string.format("%s: input %s should be (B,T,%d)", fname, shape_str(x),
+    error(string.format("%s: input %s should be (B,T,%d)", fname, check.shape(x),
                         self.input_size), 3)
   end
   local B, T = x:size(1), x:size(2)
@@ -331,7 +338,7 @@ local function seq_step(self, x, state)
   end
   if not glimpse.is_tensor(x) or x:dim() ~= 2 or x:size(2) ~= self.input_size then
     error(string.format("%s: input %s should be (B,%d)", fname,
-                        glimpse.is_tensor(x) and shape_str(x) or type(x), self.input_size), 3)
+                        check.shape(x), self.input_size), 3)
   end
   local h0, c0 = initial_state(self, state, x:size(1), false, fname)
   local hn, cn = {}, {}
@@ -373,13 +380,14 @@ end
 
 local LSTM = Module:extend("LSTM")
 M.LSTM = LSTM
+LSTM.options = SEQ_OPTIONS.LSTM
 
 --- nn.LSTM(din, hidden, {layers=1, bidirectional=false, dropout=0, bias=true})
 -- Parameters per layer l and direction: weight_ih_l<l>[_reverse] (4H, D or H*dirs),
 -- weight_hh_l<l>[_reverse] (4H,H), bias_ih_l<l>[_reverse], bias_hh_l<l>[_reverse] (4H).
 -- dropout applies to the outputs of every layer but the last, in training mode.
 function LSTM:init(din, hidden, opts)
-  seq_init(self, "LSTM", din, hidden, opts, "LSTM")
+  seq_init(self, "LSTM", din, hidden, opts)
 end
 
 --- out, state = lstm(x (B,T,D), lengths, {h=, c=})
@@ -404,11 +412,12 @@ LSTM.extra_repr = seq_extra_repr
 
 local GRU = Module:extend("GRU")
 M.GRU = GRU
+GRU.options = SEQ_OPTIONS.GRU
 
 --- nn.GRU(din, hidden, {layers=1, bidirectional=false, dropout=0, bias=true})
 -- Same parameters as nn.LSTM with 3H gate rows (r, z, n).
 function GRU:init(din, hidden, opts)
-  seq_init(self, "GRU", din, hidden, opts, "GRU")
+  seq_init(self, "GRU", din, hidden, opts)
 end
 
 --- out, state = gru(x (B,T,D), lengths, {h=}) -> out (B,T,H*dirs), state.h (layers*dirs,B,H)
@@ -426,11 +435,12 @@ GRU.extra_repr = seq_extra_repr
 
 local RNN = Module:extend("RNN")
 M.RNN = RNN
+RNN.options = SEQ_OPTIONS.RNN
 
 --- nn.RNN(din, hidden, {layers=1, bidirectional=false, dropout=0, bias=true,
 -- nonlinearity="tanh"|"relu"}): h_t = tanh(W_ih x_t + b_ih + W_hh h_(t-1) + b_hh).
 function RNN:init(din, hidden, opts)
-  seq_init(self, "RNN", din, hidden, opts, "RNN")
+  seq_init(self, "RNN", din, hidden, opts)
 end
 
 --- out, state = rnn(x (B,T,D), lengths, {h=}) -> out (B,T,H*dirs), state.h (layers*dirs,B,H)

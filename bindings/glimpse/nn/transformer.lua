@@ -14,9 +14,9 @@
 --   which key (PyTorch's attn_mask / src_mask / tgt_mask);  causal = true: query i sees keys
 --   j <= i (PyTorch's generate_square_subsequent_mask).  The three combine (all must allow).
 -- A query row with no visible key gets all-zero weights (PyTorch gives NaN there).
---
 local glimpse = require "glimpse"
-local att = require "glimpse.attention"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
 
 -- the layers these are made of, from their own family files (not glimpse.nn: no cycle)
 local nn = {
@@ -30,10 +30,6 @@ local nn = {
 local M = {}
 
 local is_tensor = glimpse.is_tensor
-
-local function shape_str(t)
-  return is_tensor(t) and "[" .. table.concat(t.shape, ",") .. "]" or type(t)
-end
 
 local function as_mask(m, what, fn)
   if m == nil or is_tensor(m) then return m end
@@ -65,7 +61,7 @@ local function masked_attention(mha, query, kv, mask, kpm, causal, need_weights,
   if not ((md == 2 and ms[1] == Tq and ms[2] == Tk) or
           (md == 3 and ms[2] == Tq and ms[3] == Tk and (ms[1] == 1 or ms[1] == B))) then
     error(string.format("%s: attention mask %s should be (T,S) = [%d,%d] or (B,T,S)", fn,
-                        shape_str(mask), Tq, Tk), 4)
+                        check.shape(mask), Tq, Tk), 4)
   end
   local full = mask:reshape(md == 2 and 1 or ms[1], 1, Tq, Tk)
   if kpm then full = full * kpm:reshape(B, 1, 1, Tk) end
@@ -91,7 +87,7 @@ local function attend(mha, query, kv, mask, kpm, causal, need_weights, fn)
     local S = (kv or query).shape[2]
     if kpm:dim() ~= 2 or kpm.shape[1] ~= query.shape[1] or kpm.shape[2] ~= S then
       error(string.format("%s: key padding mask %s should be (B,S) = [%d,%d]", fn,
-                          shape_str(kpm), query.shape[1], S), 4)
+                          check.shape(kpm), query.shape[1], S), 4)
     end
   end
   if mask ~= nil then
@@ -107,58 +103,52 @@ local ACTIVATIONS = {
 
 local function check_input(x, d, what, fn)
   if not is_tensor(x) or x:dim() ~= 3 or x.shape[3] ~= d then
-    error(string.format("%s: %s must be (B,T,%d), got %s", fn, what, d, shape_str(x)), 3)
+    check.fail(3, "%s: %s must be (B,T,%d), got %s", fn, what, d, check.shape(x))
   end
 end
 
-local function check_opts(opts, fn, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then
-    error(fn .. ": options must be a table, got " .. type(opts), 3)
-  end
-  for k in pairs(opts) do
-    if not known[k] then error(fn .. ": unknown option '" .. tostring(k) .. "'", 3) end
-  end
-  return opts
-end
+local LAYER_ENTRIES = {
+  {"dim_feedforward", "int", 2048, range = {1}, help = "width of the feed-forward block"},
+  {"dropout", "number", 0.1, range = {0, 1}, help = "dropout in [0, 1) after each block and " ..
+                                                  "on the attention weights"},
+  {"activation", "string|function", "relu", choices = {"relu", "gelu"},
+   help = "the feed-forward activation: relu, gelu (exact) or a function"},
+  {"norm_first", "boolean", false, help = "pre-norm (x + f(norm(x))) instead of post-norm"},
+  {"layer_norm_eps", "number", 1e-5, range = {0}, help = "the layer norms' eps"},
+}
+
+local MASK = "tensor|table"
+local ENCODER_FORWARD = options.declare("nn.TransformerEncoderLayer:forward", {
+  {"mask", MASK, nil, help = "(S,S) or (B,S,S): which query may see which key (1 = may)"},
+  {"key_padding_mask", MASK, nil, help = "(B,S): which keys are real (1) or padding (0)"},
+  {"causal", "boolean", false, help = "query i sees keys j <= i"},
+  {"need_weights", "boolean", false, help = "return the weights averaged over heads"},
+})
+local DECODER_FORWARD = options.declare("nn.TransformerDecoderLayer:forward", {
+  {"tgt_mask", MASK, nil, help = "(T,T) or (B,T,T): the self-attention's visibility"},
+  {"memory_mask", MASK, nil, help = "(T,S) or (B,T,S): the cross-attention's visibility"},
+  {"tgt_key_padding_mask", MASK, nil, help = "(B,T): which target positions are real"},
+  {"memory_key_padding_mask", MASK, nil, help = "(B,S): which memory positions are real"},
+  {"causal", "boolean", false, help = "the self-attention's query i sees keys j <= i"},
+  {"need_weights", "boolean", false, help = "return the cross-attention weights"},
+})
 
 -- the options both layers take, checked; level 4 is the user's line calling the constructor
-local function layer_options(cls, d, heads, opts)
-  if math.type(d) ~= "integer" or d < 1 then
-    error(string.format("%s: d_model must be a positive integer, got %s", cls, tostring(d)), 4)
-  end
+local function layer_options(spec, d, heads, opts)
+  local cls = spec.owner
+  check.int(cls, "d_model", d, 1, nil, 4)
   if math.type(heads) ~= "integer" or heads < 1 or d % heads ~= 0 then
-    error(string.format("%s: nhead must be a positive integer dividing d_model %d, got %s", cls,
-                        d, tostring(heads)), 4)
+    check.fail(4, "%s: nhead must be a positive integer dividing d_model %d, got %s", cls, d,
+               tostring(heads))
   end
-  opts = opts or {}
-  if type(opts) ~= "table" then error(cls .. ": options must be a table, got " .. type(opts), 4) end
-  local known = {dim_feedforward = true, dropout = true, activation = true, norm_first = true,
-                 layer_norm_eps = true}
-  for k in pairs(opts) do
-    if not known[k] then error(cls .. ": unknown option '" .. tostring(k) .. "'", 4) end
+  local o = spec:check(opts, 4)
+  if o.dropout >= 1 then
+    check.fail(4, "%s: dropout must be a number in [0,1), got %s", cls, tostring(o.dropout))
   end
-  local o = {dim_feedforward = opts.dim_feedforward or 2048, dropout = opts.dropout or 0.1,
-             activation = opts.activation or "relu", norm_first = opts.norm_first == true,
-             layer_norm_eps = opts.layer_norm_eps or 1e-5}
-  if math.type(o.dim_feedforward) ~= "integer" or o.dim_feedforward < 1 then
-    error(cls .. ": dim_feedforward must be a positive integer, got " ..
-          tostring(o.dim_feedforward), 4)
-  end
-  if type(o.dropout) ~= "number" or o.dropout < 0 or o.dropout >= 1 then
-    error(cls .. ": dropout must be a number in [0,1), got " .. tostring(o.dropout), 4)
-  end
-  if type(o.activation) == "string" then
-    o.activation_fn = ACTIVATIONS[o.activation]
-    if not o.activation_fn then
-      error(cls .. ": activation must be \"relu\", \"gelu\" or a function, got \"" ..
-            o.activation .. "\"", 4)
-    end
-  elseif type(o.activation) == "function" then
+  if type(o.activation) == "function" then
     o.activation_fn, o.activation = o.activation, "custom"
   else
-    error(cls .. ": activation must be \"relu\", \"gelu\" or a function, got " ..
-          type(o.activation), 4)
+    o.activation_fn = ACTIVATIONS[o.activation]
   end
   return o
 end
@@ -212,6 +202,15 @@ local function build(nn)
   local Encoder = nn.Module:extend("TransformerEncoderLayer")
   local Decoder = nn.Module:extend("TransformerDecoderLayer")
   local PosEnc = nn.Module:extend("PositionalEncoding")
+  Encoder.options = options.declare("nn.TransformerEncoderLayer", LAYER_ENTRIES)
+  Decoder.options = options.declare("nn.TransformerDecoderLayer", LAYER_ENTRIES)
+  Encoder.forward_options, Decoder.forward_options = ENCODER_FORWARD, DECODER_FORWARD
+  PosEnc.options = options.declare("nn.PositionalEncoding", {
+    {"max_len", "int", 1024, range = {1}, help = "the most positions"},
+    {"learned", "boolean", false, help = "a learned table instead of the sinusoids"},
+    {"dropout", "number", 0, range = {0, 1}, help = "dropout on x + PE (training)"},
+    {"init_std", "number", 0.02, range = {0}, help = "learned: the table's N(0, std^2) init"},
+  })
 
   --- nn.TransformerEncoderLayer(d_model, nhead, {dim_feedforward=2048, dropout=0.1,
   ---   activation="relu"|"gelu"|function, norm_first=false, layer_norm_eps=1e-5}) -> module
@@ -219,7 +218,7 @@ local function build(nn)
   --- out_proj.bias}, linear1.*, linear2.*, norm1.*, norm2.* (dropout is also applied to the
   --- attention weights, as in PyTorch).
   function Encoder:init(d, heads, opts)
-    local o = layer_options("nn.TransformerEncoderLayer", d, heads, opts)
+    local o = layer_options(Encoder.options, d, heads, opts)
     setup(self, d, heads, o)
     self.self_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
     feed_forward(self, nn, d, o)
@@ -229,8 +228,6 @@ local function build(nn)
     self.dropout2 = nn.Dropout(o.dropout)
   end
 
-  local ENC_OPTS = {mask = true, key_padding_mask = true, causal = true, need_weights = true}
-
   --- enc(src (B,S,d), {mask=(S,S)|(B,S,S), key_padding_mask=(B,S), causal=false,
   ---   need_weights=false}) -> out (B,S,d), weights (B,S,S) averaged over heads (nil unless
   ---   need_weights).  Post-norm: x = norm1(x + SA(x)), x = norm2(x + FF(x)); norm_first:
@@ -238,10 +235,10 @@ local function build(nn)
   function Encoder:forward(src, opts)
     local fn = "TransformerEncoderLayer"
     check_input(src, self.d_model, "src", fn)
-    opts = check_opts(opts, fn, ENC_OPTS)
+    opts = ENCODER_FORWARD:check(opts, 2)
     local mask = as_mask(opts.mask, "mask", fn)
     local kpm = as_mask(opts.key_padding_mask, "key_padding_mask", fn)
-    local causal, need = opts.causal == true, opts.need_weights == true
+    local causal, need = opts.causal, opts.need_weights
     local weights
     local function sa(x)
       local y
@@ -265,7 +262,7 @@ local function build(nn)
   --- Parameters as PyTorch's: self_attn.*, multihead_attn.* (the attention over the
   --- memory), linear1.*, linear2.*, norm1.*, norm2.*, norm3.*.
   function Decoder:init(d, heads, opts)
-    local o = layer_options("nn.TransformerDecoderLayer", d, heads, opts)
+    local o = layer_options(Decoder.options, d, heads, opts)
     setup(self, d, heads, o)
     self.self_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
     self.multihead_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
@@ -277,9 +274,6 @@ local function build(nn)
     self.dropout2 = nn.Dropout(o.dropout)
     self.dropout3 = nn.Dropout(o.dropout)
   end
-
-  local DEC_OPTS = {tgt_mask = true, memory_mask = true, tgt_key_padding_mask = true,
-                    memory_key_padding_mask = true, causal = true, need_weights = true}
 
   --- dec(tgt (B,T,d), memory (B,S,d), {tgt_mask=(T,T)|(B,T,T), memory_mask=(T,S)|(B,T,S),
   ---   tgt_key_padding_mask=(B,T), memory_key_padding_mask=(B,S), causal=false,
@@ -293,15 +287,15 @@ local function build(nn)
     check_input(tgt, self.d_model, "tgt", fn)
     check_input(memory, self.d_model, "memory", fn)
     if memory.shape[1] ~= tgt.shape[1] then
-      error(string.format("%s: memory %s and tgt %s differ in batch size", fn,
-                          shape_str(memory), shape_str(tgt)), 2)
+      check.fail(2, "%s: memory %s and tgt %s differ in batch size", fn, check.shape(memory),
+                 check.shape(tgt))
     end
-    opts = check_opts(opts, fn, DEC_OPTS)
+    opts = DECODER_FORWARD:check(opts, 2)
     local tmask = as_mask(opts.tgt_mask, "tgt_mask", fn)
     local mmask = as_mask(opts.memory_mask, "memory_mask", fn)
     local tkpm = as_mask(opts.tgt_key_padding_mask, "tgt_key_padding_mask", fn)
     local mkpm = as_mask(opts.memory_key_padding_mask, "memory_key_padding_mask", fn)
-    local causal, need = opts.causal == true, opts.need_weights == true
+    local causal, need = opts.causal, opts.need_weights
     local weights
     local function sa(x)
       return self.dropout1((attend(self.self_attn, x, nil, tmask, tkpm, causal, false, fn)))
@@ -333,23 +327,17 @@ local function build(nn)
   --- learned = true: a parameter `weight` (max_len, d) ~ N(0, init_std^2), in state_dict.
   function PosEnc:init(d, opts)
     local cls = "nn.PositionalEncoding"
-    if math.type(d) ~= "integer" or d < 1 then
-      error(cls .. ": d must be a positive integer, got " .. tostring(d), 3)
-    end
-    opts = opts or {}
-    if type(opts) ~= "table" then error(cls .. ": options must be a table", 3) end
-    local L = opts.max_len or 1024
-    if math.type(L) ~= "integer" or L < 1 then
-      error(cls .. ": max_len must be a positive integer, got " .. tostring(L), 3)
-    end
-    self.d_model, self.max_len, self.learned = d, L, opts.learned == true
+    check.int(cls, "d", d, 1, nil, 3)
+    local o = PosEnc.options:check(opts, 3)
+    local L = o.max_len
+    self.d_model, self.max_len, self.learned = d, L, o.learned
     if self.learned then
-      local w = glimpse.randn(L, d) * (opts.init_std or 0.02)
+      local w = glimpse.randn(L, d) * o.init_std
       self.weight = w:detach():requires_grad()
     else
       self:register_buffer("pe", sinusoid(L, d), false)
     end
-    self.dropout_p = opts.dropout or 0
+    self.dropout_p = o.dropout
     self.dropout = nn.Dropout(self.dropout_p)
   end
 
@@ -363,7 +351,7 @@ local function build(nn)
     if math.type(offset) ~= "integer" or offset < 0 or offset + T > self.max_len then
       error(string.format("%s: positions %s..%s outside 1..max_len=%d (x %s)", fn,
                           tostring(offset + 1), tostring(offset + T), self.max_len,
-                          shape_str(x)), 2)
+                          check.shape(x)), 2)
     end
     local pos = self.learned and self.weight or self.pe
     return self.dropout(x + pos:narrow(1, offset + 1, T))

@@ -10,18 +10,15 @@
 -- Every function fills its tensor outside the graph (parameters that require grad are
 -- fine), draws from glimpse's seeded generator, and returns the tensor.  Fans follow
 -- PyTorch: for a weight (out, in, k...) fan_in = in * prod(k), fan_out = out * prod(k).
---
--- The file is glimpse/nn_init.lua, loaded as "glimpse.nn_init" (glimpse.init maps to that
--- name).  It is not called glimpse/init.lua because a Lua path with "?/init.lua" on it, as
--- a stock lua5.4's and the one `make install` sets up, would then find that file for a
--- plain require "glimpse" instead of the C module.
+-- glimpse.init and the older name glimpse.nn_init both give this module.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
 
 local M = {}
 
 local function check_tensor(t, fname)
   if not glimpse.is_tensor(t) then
-    error(string.format("%s: argument #1 must be a tensor, got %s", fname, type(t)), 3)
+    check.fail(3, "%s: argument #1 must be a tensor, got %s", fname, type(t))
   end
 end
 
@@ -34,8 +31,8 @@ end
 function M.calculate_fan_in_and_fan_out(t)
   check_tensor(t, "calculate_fan_in_and_fan_out")
   if t:dim() < 2 then
-    error("calculate_fan_in_and_fan_out: fan in and fan out can not be computed for a tensor " ..
-          "with fewer than 2 dims (shape [" .. table.concat(t.shape, ",") .. "])", 2)
+    check.fail(2, "calculate_fan_in_and_fan_out: fan in and fan out can not be computed for " ..
+               "a tensor with fewer than 2 dims (shape %s)", check.shape(t))
   end
   local s = t.shape
   local receptive = 1
