@@ -359,10 +359,10 @@ function T.test_location_score_refuses_too_long_inputs()
 end
 
 function T.test_bad_configuration_errors_name_the_problem()
-  lu.assertErrorMsgContains("option 'score' must be one of dot,", function()
+  lu.assertErrorMsgContains("nn.Attention: unknown score 'bogus' (one of dot,", function()
     nn.Attention{score = "bogus", query = 2}
   end)
-  lu.assertErrorMsgContains("option 'mode' must be one of soft,", function()
+  lu.assertErrorMsgContains("nn.Attention: unknown mode 'bogus' (one of soft,", function()
     nn.Attention{mode = "bogus", query = 2}
   end)
   lu.assertErrorMsgContains("query == key", function() nn.Attention{score = "dot", query = 2, key = 3} end)

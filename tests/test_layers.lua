@@ -102,7 +102,9 @@ local function edges()
   for _, f in ipairs(files) do
     local from = module_of(f)
     mods[#mods + 1] = from
-    local code = strip_comments(read(f))
+    -- a single-quoted string is code for another process (a worker's command line), not
+    -- an edge of this module
+    local code = strip_comments(read(f)):gsub("'[^'\n]*'", "''")
     for to in code:gmatch("require%s*%(?%s*[\"']([%w_%.]+)[\"']") do
       out[#out + 1] = {from = from, to = to, how = "require", file = f}
     end

@@ -330,7 +330,7 @@ end
 
 function T.test_bad_constructor_options_and_weights_raise_clear_errors()
   assert_error_contains(function() models.resnet18("x") end, "models.resnet18",
-                        "options must be a table")
+                        "expected an options table")
   assert_error_contains(function() models.vgg16{num_classes = 0, init = false} end,
                         "num_classes must be an integer >= 1")
   assert_error_contains(function() models.SmallCNN{channels = {}} end, "channels")
