@@ -30,7 +30,7 @@ local WORDS = {"a", "red", "blue", "circle", "square", "above", "below"}
 local function tiny(o)
   o = o or {}
   local opts = {vocab = Vocab.new(WORDS), encoder = {in_channels = 1, channels = {4, 6}},
-                dim_embed = 6, dim_hidden = 8, dim_att = 5, max_len = 6}
+                emb = 6, hidden = 8, attn_hidden = 5, max_len = 6}
   for k, v in pairs(o) do opts[k] = v end
   return Captioner(opts)
 end
@@ -513,7 +513,7 @@ function T.test_set_hard_eval_checks_the_rule()
   local cap = tiny({attention = "hard"})
   local ok, err = pcall(cap.set_hard_eval, cap, "best")
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "Captioner:set_hard_eval: rule must be argmax, region, sample, soft or marginal")
+  lu.assertStrContains(err, "Captioner:set_hard_eval: rule must be one of argmax, region, soft, sample, marginal")
   cap:set_hard_eval("soft")
   lu.assertEquals({cap.config.hard_eval, cap.attention.hard_eval}, {"soft", "soft"})
 end
@@ -730,7 +730,7 @@ function T.test_short_training_on_tiny_scenes_lowers_the_loss()
   local ds = glimpse.data.scenes.generate{split = "train", n = 24, seed = 3, pool = 300,
                                           size = 32, item_size = 14, max_items = 2}
   local cap = Captioner{vocab = ds.vocab, encoder = {in_channels = 1, channels = {8, 16}},
-                        dim_embed = 16, dim_hidden = 32, dim_att = 16, coords = true}
+                        emb = 16, hidden = 32, attn_hidden = 16, coords = true}
   local opt = glimpse.optim.Adam(cap:parameters(), {lr = 1e-2})
   local idx = {}
   for i = 1, 24 do idx[i] = i end
@@ -755,9 +755,9 @@ function T.test_bad_options_give_clear_errors()
   assert_error_matches("option 'vocab'", Captioner, {})
   assert_error_matches("expected an options table", Captioner, 5)
   assert_error_matches("'attention' must be", tiny, {attention = "medium"})
-  assert_error_matches("unknown score", tiny, {score = "telepathy"})
-  assert_error_matches("dim_hidden", tiny, {dim_hidden = 0})
-  assert_error_matches("needs dim_hidden ==", tiny, {score = "dot"})
+  assert_error_matches("option 'score' must be one of", tiny, {score = "telepathy"})
+  assert_error_matches("option 'hidden' must be a positive integer", tiny, {hidden = 0})
+  assert_error_matches("needs hidden ==", tiny, {score = "dot"})
   assert_error_matches("doubly_stochastic", tiny, {doubly_stochastic = -1})
   assert_error_matches("encoder", tiny, {encoder = {name = "alexnet"}})
   assert_error_matches("encoder", tiny, {encoder = 7})
@@ -791,7 +791,7 @@ function T.test_bad_caption_and_file_inputs_give_clear_errors()
                        glimpse.rand(2, 16), "one", "/tmp/x.png")
   local path = tmpfile(".safetensors")
   glimpse.save(path, {w = glimpse.zeros(2)})
-  assert_error_matches("not a captioner checkpoint", Captioner.load, path)
+  assert_error_matches("not a glimpse.captioner checkpoint", Captioner.load, path)
   os.remove(path)
   assert_error_matches("Captioner.load", Captioner.load, "/no/such/model.safetensors")
 end
@@ -986,8 +986,8 @@ end
 function T.test_load_weights_refuses_another_vocabulary()
   local path = os.tmpname() .. ".safetensors"
   local other = Captioner{vocab = Vocab.new({"x", "y", "z", "w", "v", "u", "t"}),
-                          encoder = {in_channels = 1, channels = {4, 6}}, dim_embed = 6,
-                          dim_hidden = 8, dim_att = 5}
+                          encoder = {in_channels = 1, channels = {4, 6}}, emb = 6,
+                          hidden = 8, attn_hidden = 5}
   other:save(path)
   local ok, e = pcall(function() hard():load_weights(path) end)
   lu.assertFalse(ok)
