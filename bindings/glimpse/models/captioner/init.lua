@@ -27,18 +27,26 @@ local Captioner = model.Captioner
 M.Captioner = Captioner
 M.OPTIONS = copts.OPTIONS
 M.RECIPES = copts.RECIPES
-Captioner.OPTIONS = copts.OPTIONS
+M.recipe_names, M.recipe_options = copts.recipe_names, copts.recipe_options
+M.with_recipe, M.add_flags = copts.with_recipe, copts.add_flags
+Captioner.options = copts.OPTIONS                -- what ?Captioner lists
 M.model_dirs = checkpoint.model_dirs
 M.available = checkpoint.available
 
---- Captioner.load(path [, {vocab=}]) -> captioner (in evaluation mode) from a file cap:save
---- wrote (also glimpse.captioner.load).  vocab: the vocabulary of the data it will see; an
---- error unless the saved one is the same (word ids would mean other words).
+--- Captioner.load(path [, {vocab=, hard_eval=, length_penalty=}]) -> captioner (in
+--- evaluation mode) from a file cap:save wrote (also glimpse.captioner.load).  vocab: the
+--- vocabulary of the data it will see; an error unless the saved one is the same (word ids
+--- would mean other words).  hard_eval, length_penalty: read it another way than it was
+--- saved with (cap:set_hard_eval, config.length_penalty).
 function M.load(path, opts)
   local ok, cap = pcall(function()
     local o, sd, meta = checkpoint.read(path, opts, "Captioner.load")
     local cap = common.load_weights(Captioner(o), sd, path, "Captioner.load")
     if meta.baseline then cap.baseline.value = tonumber(meta.baseline) end
+    if opts and opts.hard_eval then cap:set_hard_eval(opts.hard_eval) end
+    if opts and opts.length_penalty then
+      cap.config.length_penalty = copts.OPTIONS:check_value("length_penalty", opts.length_penalty)
+    end
     return cap
   end)
   if not ok then check.fail(2, "%s", check.strip(cap)) end

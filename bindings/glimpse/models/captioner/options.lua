@@ -116,7 +116,15 @@ M.RECIPES = {
             hard_eval = "region", length_penalty = 2, mix = "sample"},
 }
 
---- copts.recipe_options() -> the sorted names of the options some recipe sets
+--- glimpse.captioner.recipe_names() -> the sorted names of RECIPES
+function M.recipe_names()
+  local out = {}
+  for k in pairs(M.RECIPES) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+--- glimpse.captioner.recipe_options() -> the sorted names of the options some recipe sets
 function M.recipe_options()
   local seen, out = {}, {}
   for _, r in pairs(M.RECIPES) do
@@ -126,6 +134,35 @@ function M.recipe_options()
   end
   table.sort(out)
   return out
+end
+
+--- glimpse.captioner.with_recipe(o, name) -> o, with RECIPES[name]'s values where o has none
+function M.with_recipe(o, name)
+  local r = M.RECIPES[name]
+  if not r then
+    check.fail(2, "captioner.with_recipe: unknown recipe %s (one of %s)", check.value(name),
+               table.concat(M.recipe_names(), ", "))
+  end
+  for k, v in pairs(r) do
+    if o[k] == nil then o[k] = v end
+  end
+  return o
+end
+
+--- glimpse.captioner.add_flags(parser, names, overrides) -> the names of the options made
+--- flags: OPTIONS:add_flags for names, then for the options a recipe sets, which get no
+--- default (a script fills them in with captioner.with_recipe); overrides as add_flags'
+function M.add_flags(parser, names, overrides)
+  local all, seen, o = {}, {}, {}
+  for _, k in ipairs(names) do all[#all + 1], seen[k] = k, true end
+  for k, v in pairs(overrides or {}) do o[k] = v end
+  for _, k in ipairs(M.recipe_options()) do
+    if not seen[k] then all[#all + 1] = k end
+    o[k] = o[k] or {}
+    if o[k].default == nil then o[k] = {default = false, help = o[k].help} end
+  end
+  M.OPTIONS:add_flags(parser, all, o)
+  return all
 end
 
 --- copts.config(o, level) -> the checked options with the defaults filled in, and the rules
