@@ -147,7 +147,9 @@ end
 function Captioner:caption(images, opts)
   local fname = "Captioner:caption"
   opts = opts or {}
-  if type(opts) ~= "table" then check.fail(2, "%s: opts must be a table, got %s", fname, type(opts)) end
+  if type(opts) ~= "table" then
+    check.fail(2, "%s: opts must be a table, got %s", fname, type(opts))
+  end
   local batch, single = self:_caption_batch(images, opts, fname)
   local K = opts.beam or 3
   check.int(fname, "opts.beam", K, 1, nil, 2)

@@ -6,12 +6,13 @@
 --   local ce = glimpse.models.caption_eval
 --   local words, alphas = ce.captions(cap, src.test, 3)            -- beam 3
 --   local bleu = ce.bleu(src.test, words)                          -- {b1, b2, b3, b4}
---   local box = ce.in_box_generated(cap, src.test, words, alphas)  -- {inside=, chance=, n=, per_word}
+--   local box = ce.in_box_generated(cap, src.test, words, alphas)  -- {inside=, chance=, ...}
 --
 -- The captioner runs in evaluation mode without a tape; its training mode is restored.
 local glimpse = require "glimpse"
 local metrics = require "glimpse.metrics"
 local options = require "glimpse.options"
+local check = require "glimpse.check"
 local encoders = require "glimpse.models.encoders"
 local Rng = glimpse.data.Rng
 
@@ -117,7 +118,9 @@ end
 function M.recalibrator(cap, source, opts)
   opts = opts or {}
   local has_bn = false
-  for _, m in ipairs(cap.encoder:modules()) do has_bn = has_bn or m.__name:find("BatchNorm") ~= nil end
+  for _, m in ipairs(cap.encoder:modules()) do
+    has_bn = has_bn or m.__name:find("BatchNorm") ~= nil
+  end
   local rng = Rng.new(opts.seed or 1, "caption.recalibrate")
   local bs = opts.batch or 32
   return function()
@@ -197,22 +200,22 @@ M.TUNE_RULES = {"region", "argmax"}   -- rules that read one cell: hard attentio
 -- hard model is not turned into a soft one at test time; soft attention has one rule).
 -- The best setting is kept in the model (cap.config.length_penalty, cap:set_hard_eval), so
 -- it is saved with it; a setting replaces the one before it only when its BLEU-4 is higher,
--- so ties keep the earlier rule and the smaller penalty.  best = {rule=, length_penalty=, bleu4=}; rows: every
--- setting tried, {rule=, length_penalty=, bleu4=}.
+-- so ties keep the earlier rule and the smaller penalty.  best = {rule=, length_penalty=,
+-- bleu4=}; rows: every setting tried, {rule=, length_penalty=, bleu4=}.
 function M.tune(cap, set, opts)
   opts = opts or {}
   local fname = "caption_eval.tune"
   if type(set) ~= "table" or type(set.n) ~= "number" or set.n < 1 then
-    error(fname .. ": set must be a non-empty caption set (a caption source's valid)", 2)
+    check.fail(2, "%s: set must be a non-empty caption set (a caption source's valid)", fname)
   end
   local lps = opts.length_penalties or M.LENGTH_PENALTIES
   local rules = cap.config.attention == "hard" and (opts.rules or M.TUNE_RULES) or {false}
   if type(lps) ~= "table" or #lps == 0 or type(rules) ~= "table" or #rules == 0 then
-    error(fname .. ": length_penalties and rules must be non-empty lists", 2)
+    check.fail(2, "%s: length_penalties and rules must be non-empty lists", fname)
   end
   for _, a in ipairs(lps) do
     if type(a) ~= "number" or a < 0 then
-      error(string.format("%s: a length penalty must be a number >= 0, got %s", fname, tostring(a)), 2)
+      check.fail(2, "%s: a length penalty must be a number >= 0, got %s", fname, check.value(a))
     end
   end
   local beam = opts.beam or 3
@@ -243,9 +246,11 @@ function M.tune_line(best, rows, n)
     if key == order[1] then alphas[#alphas + 1] = string.format("%g", r.length_penalty) end
   end
   local parts = {}
-  for _, key in ipairs(order) do parts[#parts + 1] = key .. " " .. table.concat(groups[key], " ") end
-  return string.format("decoding chosen on %d validation images by beam BLEU-4: %slength penalty %g " ..
-                       "(%.1f); at length penalties %s: %s", n,
+  for _, key in ipairs(order) do
+    parts[#parts + 1] = key .. " " .. table.concat(groups[key], " ")
+  end
+  return string.format("decoding chosen on %d validation images by beam BLEU-4: %slength " ..
+                       "penalty %g (%.1f); at length penalties %s: %s", n,
                        best.rule and ("rule " .. best.rule .. ", ") or "", best.length_penalty,
                        100 * best.bleu4, table.concat(alphas, ", "), table.concat(parts, "; "))
 end
@@ -419,8 +424,8 @@ function M.items_line(r)
   for _, k in ipairs(ks) do
     parts[#parts + 1] = string.format("%d: %d/%d", k, r.by_items[k].right, r.by_items[k].n)
   end
-  return string.format("  items: the right number in %.1f%% of the captions (scenes of %s items); " ..
-                       "%.1f%% of the item words named are in the scene", 100 * r.count,
+  return string.format("  items: the right number in %.1f%% of the captions (scenes of %s " ..
+                       "items); %.1f%% of the item words named are in the scene", 100 * r.count,
                        table.concat(parts, ", "), 100 * r.precision)
 end
 
@@ -431,8 +436,8 @@ end
 --- caption_eval.test(cap, source, {beam=3, seed=1}) -> r: every measure of the test set:
 -- r.words, r.alphas (the beam captions and their maps), r.bleu, r.bleu_greedy, r.loss,
 -- r.baselines (caption_eval.baselines), r.in_box and r.in_box_teacher_forced (sets with
--- boxes), r.items (generated scenes: caption_eval.items), r.lines (the summary as text lines) and r.samples (one line per image: index,
--- caption, references).
+-- boxes), r.items (generated scenes: caption_eval.items), r.lines (the summary as text
+-- lines) and r.samples (one line per image: index, caption, references).
 function M.test(cap, source, opts)
   opts = opts or {}
   local set, beam = source.test, opts.beam or 3
@@ -441,8 +446,8 @@ function M.test(cap, source, opts)
   r.bleu, r.bleu_greedy = M.bleu(set, r.words), M.bleu(set, (M.captions(cap, set, 1)))
   r.loss, r.baselines = M.loss(cap, set), M.baselines(source, set, opts.seed)
   local base = r.baselines
-  r.lines = {string.format("test (%d images): BLEU-1..4 %s with beam %d (greedy %s); test loss %.3f",
-                           set.n, pct(r.bleu), beam, pct(r.bleu_greedy), r.loss),
+  r.lines = {string.format("test (%d images): BLEU-1..4 %s with beam %d (greedy %s); test " ..
+                           "loss %.3f", set.n, pct(r.bleu), beam, pct(r.bleu_greedy), r.loss),
              string.format("  baselines without the image: bag of words %s (\"%s\"), random " ..
                            "training caption %s", pct(base.bag_of_words), base.bag_caption,
                            pct(base.random_caption))}
@@ -477,8 +482,8 @@ function M.metrics(r, history, extra)
 end
 
 --- caption_eval.overlays(cap, set, words, alphas, dir, n) -> rows: for the first n images,
--- overlay_<i>.png in dir (the image, then each word's attention map, 8 to a row) and a row {i=, png=,
--- words=, refs=, bleu=} describing it.
+-- overlay_<i>.png in dir (the image, then each word's attention map, 8 to a row) and a row
+-- {i=, png=, words=, refs=, bleu=} describing it.
 function M.overlays(cap, set, words, alphas, dir, n)
   local rows = {}
   for i = 1, math.min(n, set.n) do
@@ -511,8 +516,9 @@ function M.page(page, cap, set, r, dir, opts)
   for _, l in ipairs(r.lines) do page:paragraph(l) end
   page:paragraph("Each strip: the image, then where the model looked for each word it generated.")
   for _, o in ipairs(M.overlays(cap, set, r.words, r.alphas, dir, opts.overlays or 8)) do
-    page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, BLEU-4 %.0f)",
-                       o.i, o.words, table.concat(o.refs, " / "), 100 * o.bleu[1], 100 * o.bleu[4])})
+    page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, " ..
+                       "BLEU-4 %.0f)", o.i, o.words, table.concat(o.refs, " / "),
+                       100 * o.bleu[1], 100 * o.bleu[4])})
   end
   return page
 end

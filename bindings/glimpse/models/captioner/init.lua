@@ -4,17 +4,12 @@
 -- self-contained safetensors file.
 --
 --   local Captioner = require("glimpse.models.captioner").Captioner
---   local cap = Captioner{vocab = ds.vocab, encoder = {name = "small", in_channels = 1},
---                         attention = "soft", doubly_stochastic = 1}
+--   local cap = Captioner{vocab = ds.vocab, encoder = {name = "small", in_channels = 1}}
 --   local loss, info = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
 --   local words, tokens, alphas = cap:caption(image, {beam = 3})   -- "a bag above a coat"
---   cap:overlays(image, alphas, words, "/tmp/strip.png")           -- where each word looked
 --   cap:save("model.safetensors");  cap = Captioner.load("model.safetensors")
---
--- The folder: options.lua (OPTIONS, RECIPES), model.lua (the class, the decoder under
--- teacher forcing), loss.lua (the objective, hard attention's estimators), decode.lua
--- (captions, overlays), images.lua (input checks), checkpoint.lua (files, shipped models),
--- eval.lua (glimpse.models.caption_eval: what an experiment measures).
+-- The folder: options.lua (OPTIONS, RECIPES), model.lua (the class), loss.lua, decode.lua
+-- (captions, overlays), images.lua, checkpoint.lua, eval.lua (glimpse.models.caption_eval).
 local check = require "glimpse.check"
 local common = require "glimpse.models.common"
 local copts = require "glimpse.models.captioner.options"

@@ -44,7 +44,8 @@ function Captioner:_pass(a, captions_in, captions_out, mask, use_soft, soft_rows
     captions_out, mask = repeat_rows(captions_out, K), repeat_rows(mask, K)
     B = B * K
   end
-  local logits, alphas, st = self:forward(a, captions_in, {use_soft = use_soft, soft_rows = soft_rows})
+  local logits, alphas, st = self:forward(a, captions_in,
+                                          {use_soft = use_soft, soft_rows = soft_rows})
   local all_alphas = st.alphas
   -- padded targets become <pad> so cross_entropy ignores them whatever the caller's mask says
   local targets = captions_out * mask + (1 - mask) * Vocab.PAD
@@ -99,7 +100,8 @@ function Captioner:loss(x, captions_in, captions_out, mask, opts)
   if glimpse.is_tensor(x) and x:dim() == 4 then x = self:_check_input(x, opts, fname, 2) end
   captions_in = as_ids(captions_in, "captions_in", fname, 2)
   captions_out = as_ids(captions_out, "captions_out", fname, 2)
-  if captions_in.shape[1] ~= captions_out.shape[1] or captions_in.shape[2] ~= captions_out.shape[2] then
+  local si, so = captions_in.shape, captions_out.shape
+  if si[1] ~= so[1] or si[2] ~= so[2] then
     check.fail(2, "%s: captions_in %s and captions_out %s must have the same shape", fname,
                check.shape(captions_in), check.shape(captions_out))
   end
