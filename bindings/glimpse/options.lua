@@ -261,7 +261,7 @@ function Spec:add_flags(parser, names, overrides)
     local ov = overrides[name] or {}
     local default = ov.default
     if default == nil then default = e.default end
-    if default == false and e.type ~= "boolean" then default = nil end
+    if ov.default == false and e.type ~= "boolean" then default = nil end   -- no default
     local help = ov.help or e.help
     local flag = self:flag_name(name)
     if e.type == "boolean" then
