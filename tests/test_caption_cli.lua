@@ -41,7 +41,7 @@ local function tiny_trained(seed)
   glimpse.manual_seed(seed or 1)
   local v = Vocab.new(WORDS)
   local cap = Captioner{vocab = v, encoder = {in_channels = 1, channels = {4, 6}},
-                        dim_embed = 6, dim_hidden = 8, dim_att = 5, max_len = 5}
+                        emb = 6, hidden = 8, attn_hidden = 5, max_len = 5}
   local ids = v:encode({"a", "red", "circle"})
   local cin = glimpse.tensor({{Vocab.START, ids[1], ids[2], ids[3]}, {Vocab.START, ids[1], ids[2], ids[3]}})
   local cout = glimpse.tensor({{ids[1], ids[2], ids[3], Vocab.END}, {ids[1], ids[2], ids[3], Vocab.END}})
@@ -228,13 +228,13 @@ function T.test_caption_refuses_other_channels_or_sizes_naming_both_shapes()
                         glimpse.rand(2, 1, 8, 8)}) do
     local ok, err = pcall(cap.caption, cap, bad)
     lu.assertFalse(ok)
-    lu.assertStrContains(err, "{" .. table.concat(bad.shape, ",") .. "}")
+    lu.assertStrContains(err, "[" .. table.concat(bad.shape, ",") .. "]")
     lu.assertStrContains(err, "the model takes 1x16x16")
     lu.assertStrContains(err, "resize = true")
   end
   local ok, err = pcall(cap.caption, cap, {glimpse.rand(1, SIZE, SIZE), glimpse.rand(1, 9, 9)})
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "{1,9,9}")
+  lu.assertStrContains(err, "[1,9,9]")
 end
 
 function T.test_resize_true_converts_and_gives_the_caption_of_the_converted_image()
@@ -260,7 +260,7 @@ function T.test_loss_refuses_other_sizes_after_training_unless_resize()
   local cout = glimpse.tensor({{ids[1], ids[2], Vocab.END}})
   local ok, err = pcall(cap.loss, cap, glimpse.rand(1, 1, 24, 24), cin, cout)
   lu.assertFalse(ok)
-  lu.assertStrContains(err, "Captioner:loss: the image is {1,1,24,24}")
+  lu.assertStrContains(err, "Captioner:loss: the image is [1,1,24,24]")
   lu.assertStrContains(err, "1x16x16")
   local loss = cap:loss(glimpse.rand(1, 1, 24, 24), cin, cout, nil, {resize = true})
   lu.assertTrue(loss:item() > 0)
@@ -279,7 +279,7 @@ end
 function T.test_an_untrained_model_checks_channels_only()
   glimpse.manual_seed(8)
   local cap = Captioner{vocab = Vocab.new(WORDS), encoder = {in_channels = 1, channels = {4, 6}},
-                        dim_embed = 6, dim_hidden = 8, dim_att = 5, max_len = 3}
+                        emb = 6, hidden = 8, attn_hidden = 5, max_len = 3}
   lu.assertEquals({cap:input_shape()}, {1})
   lu.assertEquals(type((cap:caption(glimpse.rand(1, 24, 20)))), "string")
   local ok, err = pcall(cap.caption, cap, glimpse.rand(3, 24, 20))

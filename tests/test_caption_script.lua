@@ -119,6 +119,27 @@ function T.test_hard_default_is_gumbel_read_by_region_and_load_can_change_the_te
   lu.assertEquals({back.attention.hard_eval, back.config.length_penalty}, {"soft", 0.5})
 end
 
+function T.test_help_lists_every_flag_the_script_always_had_with_its_default()
+  local ok, out = run("--help")
+  lu.assertTrue(ok, out)
+  for f in ([[--anneal --att --attention --baseline --batch --beam --channels --clip --clutter
+      --config --dataset --distributed --dropout --ds --embed --encoder --encoder-weights
+      --entropy --entropy-end --epochs --estimator --eval-every --fine-tune --global-output
+      --hard-eval --hidden --image-size --images --init --karpathy --length-penalty --load
+      --log-every --lr --lr-decay --max-len --min-count --mix --no-batch-norm --no-coords
+      --no-deep-output --no-gate --no-global-feature --out --output-tanh --overlays --quick
+      --recipe --reward-weight --samples --score --seed --soft-prob --soft-prob-end --steps
+      --tau --test --threads --time-limit --train --valid --whole-image]]):gmatch("%S+") do
+    lu.assertNotNil(out:find("\n%s+" .. f:gsub("%-", "%%-") .. "[ \n]"), f)   -- a help line
+  end
+  for _, d in ipairs({{"--embed", 64}, {"--hidden", 256}, {"--att", 128}, {"--ds", 1},
+                      {"--max-len", 30}, {"--batch", 32}, {"--lr", 0.003}, {"--beam", 3},
+                      {"--recipe {gumbel,loo,paper}", "gumbel"}, {"--attention {soft,hard}", "soft"}}) do
+    local esc = function(x) return (tostring(x):gsub("[%-%.%{%}]", "%%%0")) end
+    lu.assertNotNil(out:find(esc(d[1]) .. "[^\n]*\n?[^\n]*%(default: " .. esc(d[2]) .. "%)"), d[1])
+  end
+end
+
 -- a Karpathy-format corpus: 8 pictures (a red or blue square, left or right) with two
 -- sentences each, 6 train / 1 val / 1 test
 local function write_corpus(d)

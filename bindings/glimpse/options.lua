@@ -253,7 +253,10 @@ end
 --- when names is nil) on an argparse parser.  A boolean whose default is true becomes
 --- --no-<flag>, else --<flag>; other options take a value, converted and checked by the
 --- option's type when the script calls spec:from_args.  overrides[name] = {default=,
---- help=} changes what the script shows (the constructor's own default stays).
+--- help=} changes what the script shows (the constructor's own default stays); a boolean
+--- whose script default differs from the constructor's puts it in args when the flag is
+--- absent; default = false for an option that is not a boolean: the flag has no default
+--- (absent, the option stays out of spec:from_args's result).
 function Spec:add_flags(parser, names, overrides)
   overrides = overrides or {}
   local list = names or self.names
@@ -266,15 +269,18 @@ function Spec:add_flags(parser, names, overrides)
     local ov = overrides[name] or {}
     local default = ov.default
     if default == nil then default = e.default end
+    if ov.default == false and e.type ~= "boolean" then default = nil end   -- no default
     local help = ov.help or e.help
     local flag = self:flag_name(name)
     if e.type == "boolean" then
+      local f
       if default == true then
         local neg = e.flag or "--no-" .. e.name:gsub("_", "-")
-        parser:flag(neg, help .. " (off)"):target(name):action("store_false")
+        f = parser:flag(neg, help .. " (off)"):target(name):action("store_false")
       else
-        parser:flag(flag, help):target(name)
+        f = parser:flag(flag, help):target(name)
       end
+      if default ~= e.default then f:default(default) end
     else
       local c = choices_of(e)
       local shown = default ~= nil and type(default) ~= "table" and tostring(default) or nil

@@ -189,4 +189,28 @@ function M.copy(t)
   return o
 end
 
+--- common.vocab(cls, v, key, level) -> option `key` as a Vocab: v is a Vocab, a full id list
+--- (specials first, as vocab:totable() gives) or a token list
+function M.vocab(cls, v, key, level)
+  return make_vocab(cls, v, key, level + 1)
+end
+
+--- common.ids(x, what, fname, level) -> x as a (B,T) tensor of 1-based ids (a nested table is
+--- converted), or an error naming fname and what
+function M.ids(x, what, fname, level)
+  local check = glimpse.check
+  if type(x) == "table" then
+    local ok, t = pcall(glimpse.tensor, x)
+    if not ok then
+      check.fail(level + 1, "%s: %s must be a (B,T) table of ids: %s", fname, what, check.strip(t))
+    end
+    x = t
+  end
+  if not glimpse.is_tensor(x) or x:dim() ~= 2 then
+    check.fail(level + 1, "%s: %s must be a (B,T) tensor of 1-based ids, got %s", fname, what,
+               check.shape(x))
+  end
+  return x
+end
+
 return M

@@ -6,11 +6,14 @@
 --   local ce = glimpse.models.caption_eval
 --   local words, alphas = ce.captions(cap, src.test, 3)            -- beam 3
 --   local bleu = ce.bleu(src.test, words)                          -- {b1, b2, b3, b4}
---   local box = ce.in_box_generated(cap, src.test, words, alphas)  -- {inside=, chance=, n=, per_word}
+--   local box = ce.in_box_generated(cap, src.test, words, alphas)  -- {inside=, chance=, ...}
 --
 -- The captioner runs in evaluation mode without a tape; its training mode is restored.
 local glimpse = require "glimpse"
 local metrics = require "glimpse.metrics"
+local options = require "glimpse.options"
+local check = require "glimpse.check"
+local encoders = require "glimpse.models.encoders"
 local Rng = glimpse.data.Rng
 
 local M = {}
@@ -38,6 +41,74 @@ local function each_batch(cap, set, fn)
   if was then cap:train() end
 end
 
+--- caption_eval.SOURCE_OPTIONS -- the data of a captioning run, as a script's flags
+--- (glimpse.options): generated scenes or a Karpathy-format corpus (caption_eval.source)
+M.SOURCE_OPTIONS = options.declare("caption source", {
+  {"dataset", "string", "scenes", choices = {"scenes", "shapes"},
+   help = "scenes | shapes (ignored with --karpathy)"},
+  {"karpathy", "string", nil, help = "a Karpathy split JSON (dataset_flickr8k.json, ...)"},
+  {"images", "string", nil, help = "the folder holding the corpus's image files (with --karpathy)"},
+  {"image_size", "int", nil, range = {1},
+   help = "images are resized to this (karpathy; small CNN default 64)"},
+  {"min_count", "int", 5, range = {1}, help = "karpathy: least count of a vocabulary word"},
+  {"train", "int", 20000, range = {1}, help = "training scenes"},
+  {"valid", "int", 500, range = {1}, help = "validation scenes"},
+  {"test", "int", 500, range = {1}, help = "test scenes"},
+  {"clutter", "int", 0, range = {0}, help = "scenes: clutter fragments per scene"},
+})
+
+--- caption_eval.source(o, {seed=1, max_len=30, encoder="small"}) -> a caption source
+--- (glimpse.data.caption_sources) from SOURCE_OPTIONS' values o: the Karpathy corpus
+--- o.karpathy when given (images resized to o.image_size: by default 224 and normalised as
+--- ImageNet for a pretrained encoder, else 64), else generated scenes
+function M.source(o, opts)
+  o = M.SOURCE_OPTIONS:check(o, 2)
+  opts = opts or {}
+  local sources = glimpse.data.caption_sources
+  if not o.karpathy then
+    return sources.scenes{dataset = o.dataset, train = o.train, valid = o.valid, test = o.test,
+                          clutter = o.clutter, seed = opts.seed or 1}
+  end
+  local pretrained = (opts.encoder or "small") ~= "small"
+  return sources.karpathy{file = o.karpathy, images = o.images,
+    size = o.image_size or (pretrained and 224 or 64), min_count = o.min_count,
+    max_len = opts.max_len or 30, mean = pretrained and encoders.IMAGENET_MEAN or nil,
+    std = pretrained and encoders.IMAGENET_STD or nil}
+end
+
+--- caption_eval.ENCODER_OPTIONS -- the encoder of a captioning run, as a script's flags
+--- (caption_eval.encoder)
+M.ENCODER_OPTIONS = options.declare("caption encoder", {
+  {"encoder", "string", "small", help = "small | vgg16 | resnet18 | ... (glimpse.models)"},
+  {"encoder_weights", "string", nil, help = "safetensors weights for a torchvision encoder"},
+  {"fine_tune", "boolean", false,
+   help = "train a pretrained encoder too (default: frozen when weights are given)"},
+  {"channels", "string", "16,32,64", help = "small CNN: channels per conv block"},
+  {"batch_norm", "boolean", true, help = "small CNN: batch normalisation"},
+})
+
+--- caption_eval.encoder(o, in_channels) -> encoder, fine_tune: the Captioner's options
+--- encoder and fine_tune from ENCODER_OPTIONS' values o: a pretrained architecture
+--- (o.encoder ~= "small", weights o.encoder_weights; frozen when weights are given, unless
+--- o.fine_tune) or the small CNN (o.channels, o.batch_norm) over in_channels channels
+function M.encoder(o, in_channels)
+  o = M.ENCODER_OPTIONS:check(o, 2)
+  if o.encoder ~= "small" then
+    return {name = o.encoder, weights = o.encoder_weights}, o.fine_tune or not o.encoder_weights
+  end
+  local channels = {}
+  for c in o.channels:gmatch("[^,%s]+") do
+    local n = math.tointeger(tonumber(c))
+    if not n or n < 1 then
+      error(string.format("caption_eval.encoder: channels must list positive integers, got '%s'",
+                          o.channels), 2)
+    end
+    channels[#channels + 1] = n
+  end
+  return {name = "small", in_channels = in_channels, channels = channels,
+          batch_norm = o.batch_norm}, true
+end
+
 --- caption_eval.recalibrator(cap, source, {batch=32, seed=1}) -> function() that renews the
 -- encoder's batch-norm statistics from 50 random training batches (weights untouched).
 -- Training batches are bucketed by caption length, which for scenes is the number of
@@ -47,7 +118,9 @@ end
 function M.recalibrator(cap, source, opts)
   opts = opts or {}
   local has_bn = false
-  for _, m in ipairs(cap.encoder:modules()) do has_bn = has_bn or m.__name:find("BatchNorm") ~= nil end
+  for _, m in ipairs(cap.encoder:modules()) do
+    has_bn = has_bn or m.__name:find("BatchNorm") ~= nil
+  end
   local rng = Rng.new(opts.seed or 1, "caption.recalibrate")
   local bs = opts.batch or 32
   return function()
@@ -63,6 +136,29 @@ function M.recalibrator(cap, source, opts)
     end)
     if not was then cap:evaluate() end
   end
+end
+
+--- caption_eval.training(cap, source, {steps=, batch=32, seed=1}) -> loss, evaluate: the
+--- functions a glimpse.train.Trainer takes.  loss(m, batch, step) moves hard attention's
+--- schedules with the step budget (cap:set_progress) and logs nll, ds and reinforce;
+--- evaluate(m) renews the batch-norm statistics (caption_eval.recalibrator) and measures the
+--- validation set: greedy BLEU-1..4, valid_nll and one example caption.
+function M.training(cap, source, opts)
+  local steps = opts.steps
+  local recalibrate = M.recalibrator(cap, source, {batch = opts.batch, seed = opts.seed})
+  local function loss(m, b, step)
+    m:set_progress((step - 1) / steps)            -- the step budget drives the schedules
+    local l, info = m:loss(b.images, b.captions_in, b.captions_out, b.mask)
+    return l, {nll = info.nll, ds = info.ds, reinforce = info.reinforce}
+  end
+  local function evaluate(m)
+    recalibrate()
+    local words = M.captions(m, source.valid, 1)
+    local b = M.bleu(source.valid, words)
+    return {valid_nll = M.loss(m, source.valid), bleu1 = b[1], bleu2 = b[2], bleu3 = b[3],
+            bleu4 = b[4], example = words[1]}
+  end
+  return loss, evaluate
 end
 
 --- caption_eval.loss(cap, set) -> the mean token NLL under teacher forcing
@@ -104,22 +200,22 @@ M.TUNE_RULES = {"region", "argmax"}   -- rules that read one cell: hard attentio
 -- hard model is not turned into a soft one at test time; soft attention has one rule).
 -- The best setting is kept in the model (cap.config.length_penalty, cap:set_hard_eval), so
 -- it is saved with it; a setting replaces the one before it only when its BLEU-4 is higher,
--- so ties keep the earlier rule and the smaller penalty.  best = {rule=, length_penalty=, bleu4=}; rows: every
--- setting tried, {rule=, length_penalty=, bleu4=}.
+-- so ties keep the earlier rule and the smaller penalty.  best = {rule=, length_penalty=,
+-- bleu4=}; rows: every setting tried, {rule=, length_penalty=, bleu4=}.
 function M.tune(cap, set, opts)
   opts = opts or {}
   local fname = "caption_eval.tune"
   if type(set) ~= "table" or type(set.n) ~= "number" or set.n < 1 then
-    error(fname .. ": set must be a non-empty caption set (a caption source's valid)", 2)
+    check.fail(2, "%s: set must be a non-empty caption set (a caption source's valid)", fname)
   end
   local lps = opts.length_penalties or M.LENGTH_PENALTIES
   local rules = cap.config.attention == "hard" and (opts.rules or M.TUNE_RULES) or {false}
   if type(lps) ~= "table" or #lps == 0 or type(rules) ~= "table" or #rules == 0 then
-    error(fname .. ": length_penalties and rules must be non-empty lists", 2)
+    check.fail(2, "%s: length_penalties and rules must be non-empty lists", fname)
   end
   for _, a in ipairs(lps) do
     if type(a) ~= "number" or a < 0 then
-      error(string.format("%s: a length penalty must be a number >= 0, got %s", fname, tostring(a)), 2)
+      check.fail(2, "%s: a length penalty must be a number >= 0, got %s", fname, check.value(a))
     end
   end
   local beam = opts.beam or 3
@@ -150,9 +246,11 @@ function M.tune_line(best, rows, n)
     if key == order[1] then alphas[#alphas + 1] = string.format("%g", r.length_penalty) end
   end
   local parts = {}
-  for _, key in ipairs(order) do parts[#parts + 1] = key .. " " .. table.concat(groups[key], " ") end
-  return string.format("decoding chosen on %d validation images by beam BLEU-4: %slength penalty %g " ..
-                       "(%.1f); at length penalties %s: %s", n,
+  for _, key in ipairs(order) do
+    parts[#parts + 1] = key .. " " .. table.concat(groups[key], " ")
+  end
+  return string.format("decoding chosen on %d validation images by beam BLEU-4: %slength " ..
+                       "penalty %g (%.1f); at length penalties %s: %s", n,
                        best.rule and ("rule " .. best.rule .. ", ") or "", best.length_penalty,
                        100 * best.bleu4, table.concat(alphas, ", "), table.concat(parts, "; "))
 end
@@ -326,8 +424,8 @@ function M.items_line(r)
   for _, k in ipairs(ks) do
     parts[#parts + 1] = string.format("%d: %d/%d", k, r.by_items[k].right, r.by_items[k].n)
   end
-  return string.format("  items: the right number in %.1f%% of the captions (scenes of %s items); " ..
-                       "%.1f%% of the item words named are in the scene", 100 * r.count,
+  return string.format("  items: the right number in %.1f%% of the captions (scenes of %s " ..
+                       "items); %.1f%% of the item words named are in the scene", 100 * r.count,
                        table.concat(parts, ", "), 100 * r.precision)
 end
 
@@ -338,8 +436,8 @@ end
 --- caption_eval.test(cap, source, {beam=3, seed=1}) -> r: every measure of the test set:
 -- r.words, r.alphas (the beam captions and their maps), r.bleu, r.bleu_greedy, r.loss,
 -- r.baselines (caption_eval.baselines), r.in_box and r.in_box_teacher_forced (sets with
--- boxes), r.items (generated scenes: caption_eval.items), r.lines (the summary as text lines) and r.samples (one line per image: index,
--- caption, references).
+-- boxes), r.items (generated scenes: caption_eval.items), r.lines (the summary as text
+-- lines) and r.samples (one line per image: index, caption, references).
 function M.test(cap, source, opts)
   opts = opts or {}
   local set, beam = source.test, opts.beam or 3
@@ -348,8 +446,8 @@ function M.test(cap, source, opts)
   r.bleu, r.bleu_greedy = M.bleu(set, r.words), M.bleu(set, (M.captions(cap, set, 1)))
   r.loss, r.baselines = M.loss(cap, set), M.baselines(source, set, opts.seed)
   local base = r.baselines
-  r.lines = {string.format("test (%d images): BLEU-1..4 %s with beam %d (greedy %s); test loss %.3f",
-                           set.n, pct(r.bleu), beam, pct(r.bleu_greedy), r.loss),
+  r.lines = {string.format("test (%d images): BLEU-1..4 %s with beam %d (greedy %s); test " ..
+                           "loss %.3f", set.n, pct(r.bleu), beam, pct(r.bleu_greedy), r.loss),
              string.format("  baselines without the image: bag of words %s (\"%s\"), random " ..
                            "training caption %s", pct(base.bag_of_words), base.bag_caption,
                            pct(base.random_caption))}
@@ -368,9 +466,24 @@ function M.test(cap, source, opts)
   return r
 end
 
+--- caption_eval.metrics(r, history, extra) -> the entries of metrics.json: caption_eval.test's
+--- result r (test_bleu, test_bleu_greedy, test_loss, baseline_bleu, attention_in_box,
+--- attention_in_box_teacher_forced, items), a Trainer's history (steps, train_seconds,
+--- history: its evaluations) and extra's entries
+function M.metrics(r, history, extra)
+  local m = {test_bleu = r.bleu, test_bleu_greedy = r.bleu_greedy, test_loss = r.loss,
+             baseline_bleu = {bag_of_words = r.baselines.bag_of_words,
+                              random_caption = r.baselines.random_caption},
+             attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced,
+             items = r.items, steps = history.steps, train_seconds = history.seconds,
+             history = history.evals}
+  for k, v in pairs(extra or {}) do m[k] = v end
+  return m
+end
+
 --- caption_eval.overlays(cap, set, words, alphas, dir, n) -> rows: for the first n images,
--- overlay_<i>.png in dir (the image, then each word's attention map, 8 to a row) and a row {i=, png=,
--- words=, refs=, bleu=} describing it.
+-- overlay_<i>.png in dir (the image, then each word's attention map, 8 to a row) and a row
+-- {i=, png=, words=, refs=, bleu=} describing it.
 function M.overlays(cap, set, words, alphas, dir, n)
   local rows = {}
   for i = 1, math.min(n, set.n) do
@@ -384,21 +497,30 @@ function M.overlays(cap, set, words, alphas, dir, n)
   return rows
 end
 
---- caption_eval.page(cap, set, r, dir, {title=, intro=, overlays=8}) -> path: dir/index.html,
--- a glimpse.report page with the title, the intro line, r.lines (caption_eval.test's summary)
--- and the overlay strips of the first `overlays` images of the set (written into dir).
-function M.page(cap, set, r, dir, opts)
+--- caption_eval.page(page, cap, set, r, dir, {title=, intro=, overlays=8, name=, history=})
+---   -> page
+-- Fills a report page (a glimpse.report.Page, or anything with heading, paragraph and image):
+-- the title (by default "Show, Attend and Tell: <name>, <attention> attention (<score>
+-- score)", or without a name "Show, Attend and Tell"), the intro line (by default the steps
+-- and seconds of a Trainer's history), r.lines (caption_eval.test's summary) and the overlay
+-- strips of the first `overlays` images of the set (written into dir).
+function M.page(page, cap, set, r, dir, opts)
   opts = opts or {}
-  local page = glimpse.report.Page{title = "glimpse captioner"}
-  page:heading(opts.title or "Show, Attend and Tell")
-  if opts.intro then page:paragraph(opts.intro) end
+  local c, h = cap.config, opts.history
+  local title = opts.title or (opts.name and string.format("Show, Attend and Tell: %s, %s " ..
+    "attention (%s score)", opts.name, c.attention, c.score)) or "Show, Attend and Tell"
+  local intro = opts.intro or (h and string.format("%d steps, %.0f s of training.", h.steps,
+                                                   h.seconds))
+  page:heading(title)
+  if intro then page:paragraph(intro) end
   for _, l in ipairs(r.lines) do page:paragraph(l) end
   page:paragraph("Each strip: the image, then where the model looked for each word it generated.")
   for _, o in ipairs(M.overlays(cap, set, r.words, r.alphas, dir, opts.overlays or 8)) do
-    page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, BLEU-4 %.0f)",
-                       o.i, o.words, table.concat(o.refs, " / "), 100 * o.bleu[1], 100 * o.bleu[4])})
+    page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, " ..
+                       "BLEU-4 %.0f)", o.i, o.words, table.concat(o.refs, " / "),
+                       100 * o.bleu[1], 100 * o.bleu[4])})
   end
-  return page:write(dir .. "/index.html")
+  return page
 end
 
 return M
