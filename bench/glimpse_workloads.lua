@@ -270,7 +270,7 @@ workloads.W6 = function()
   local scenes = require "datasets.scenes"
   local cap = glimpse.models.Captioner{vocab = scenes.vocab(), max_len = 16,
                                        encoder = {name = "small", in_channels = 1}}
-  reinit(cap.attention.v, 1 / math.sqrt(cap.config.dim_att))
+  reinit(cap.attention.v, 1 / math.sqrt(cap.config.attn_hidden))
   -- an untrained model says <end> after a word or two; with <end>'s output bias lowered every
   -- caption runs to max_len, 16 words, about a scene caption's length
   glimpse.no_grad(function() cap.out.bias[glimpse.data.Vocab.END] = -20 end)
