@@ -81,9 +81,10 @@ function M.table(fname, what, v, level)
   return v
 end
 
--- Levenshtein distance, bounded: the names compared are short option and module names
+--- check.distance(a, b) -> the Levenshtein distance of two short strings (names): the
+--- number of one-letter edits between them; math.huge past 200 letters
 local function distance(a, b)
-  if #a > 64 or #b > 64 then return math.huge end
+  if #a > 200 or #b > 200 then return math.huge end
   local prev = {}
   for j = 0, #b do prev[j] = j end
   for i = 1, #a do
@@ -96,6 +97,8 @@ local function distance(a, b)
   end
   return prev[#b]
 end
+
+M.distance = distance
 
 --- check.nearest(name, candidates) -> the candidate closest to name when it is close enough
 --- to be a typo (at most a third of its letters differ), else nil

@@ -25,9 +25,7 @@ Spec.__index = Spec
 local TYPES = {int = true, number = true, boolean = true, string = true, table = true,
                ["function"] = true, tensor = true, any = true}
 
-local function is_tensor(v)
-  return type(v) == "userdata" and type(v.shape) == "table"
-end
+local is_tensor = require("glimpse").is_tensor
 
 --- options.declare(owner, entries) -> a spec; owner names the constructor in messages
 function M.declare(owner, entries)

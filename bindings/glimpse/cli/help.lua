@@ -270,22 +270,7 @@ function M.lookup(name)
   return hits, M.suggest(q)
 end
 
-local function distance(a, b)
-  if #a > #b then a, b = b, a end
-  local row = {}
-  for j = 0, #b do row[j] = j end
-  for i = 1, #a do
-    local prev, cur = row[0], nil
-    row[0] = i
-    for j = 1, #b do
-      cur = row[j]
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      row[j] = math.min(row[j] + 1, row[j - 1] + 1, prev + cost)
-      prev = cur
-    end
-  end
-  return row[#b]
-end
+local distance = require("glimpse.check").distance
 
 -- the documented names closest to q: the same words in another order, a typo, a part
 function M.suggest(q)

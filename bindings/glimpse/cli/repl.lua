@@ -18,14 +18,8 @@ local DEFAULT_ITEMS = 50     -- entries shown per table; the rest are counted
 -- ---------------------------------------------------------------------------------------
 -- pretty printing
 
-local function is_tensor(v)
-  local ok, glimpse = pcall(require, "glimpse")
-  return ok and glimpse.is_tensor(v)
-end
-
-local function is_module(v)
-  return type(v) == "table" and rawget(v, "_modules") ~= nil and getmetatable(v) ~= nil
-end
+local is_tensor = require("glimpse").is_tensor
+local is_module = require("glimpse.nn.module").is_module
 
 local ESCAPES = {["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t", ["\\"] = "\\\\",
                  ['"'] = '\\"', ["\0"] = "\\0"}

@@ -20,6 +20,7 @@ local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local att = require "glimpse.attention"
 local C = require "glimpse.models.common"
+local check = require "glimpse.check"
 local options = require "glimpse.options"
 
 local ntm = att.ntm
@@ -86,16 +87,12 @@ local function head_params(raw, M_, with_vectors)
   return p
 end
 
-local function shape_str(t)
-  return glimpse.is_tensor(t) and "{" .. table.concat(t.shape, ",") .. "}" or type(t)
-end
-
 --- model:forward(inputs (B,S,channels), trace) -> logits (B,S,bits).  trace (a table, NTM
 --- only): trace.write[t], trace.read[t] receive the head weightings (B,N) of step t.
 function NTM:forward(x, trace)
   local c = self.config
   if not glimpse.is_tensor(x) or x:dim() ~= 3 or x.shape[3] ~= c.channels then
-    C.fail(2, "NTM: inputs must be (B,S,%d), got %s", c.channels, shape_str(x))
+    C.fail(2, "NTM: inputs must be (B,S,%d), got %s", c.channels, check.shape(x))
   end
   if c.model == "lstm" then return self.out((self.lstm(x))) end
   local B, S = x.shape[1], x.shape[2]
@@ -129,11 +126,11 @@ local function check_batch(b, fname, c, level)
   if not glimpse.is_tensor(b.targets) or b.targets:dim() ~= 3 or b.targets.shape[1] ~= B
      or b.targets.shape[2] ~= S or b.targets.shape[3] ~= c.bits then
     C.fail(level + 1, "%s: batch.targets must be (%d,%d,%d), got %s", fname, B, S, c.bits,
-           shape_str(b.targets))
+           check.shape(b.targets))
   end
   if not glimpse.is_tensor(b.output_mask) or b.output_mask:dim() ~= 2 then
     C.fail(level + 1, "%s: batch.output_mask must be (%d,%d), got %s", fname, B, S,
-           shape_str(b.output_mask))
+           check.shape(b.output_mask))
   end
 end
 

@@ -18,6 +18,7 @@
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local C = require "glimpse.models.common"
+local check = require "glimpse.check"
 local options = require "glimpse.options"
 
 local M = {}
@@ -71,17 +72,13 @@ function PointerNet:init(o)
   end
 end
 
-local function shape_str(t)
-  return glimpse.is_tensor(t) and "{" .. table.concat(t.shape, ",") .. "}" or type(t)
-end
-
 local function check_batch(b, fname, need_target, level)
   if type(b) ~= "table" then
     C.fail(level + 1, "%s: batch must be a table {points=, point_mask=, lengths=, ...} " ..
                       "(ds:collate), got %s", fname, type(b))
   end
   if not glimpse.is_tensor(b.points) or b.points:dim() ~= 3 or b.points.shape[3] ~= 2 then
-    C.fail(level + 1, "%s: batch.points must be a (B,L,2) tensor, got %s", fname, shape_str(b.points))
+    C.fail(level + 1, "%s: batch.points must be a (B,L,2) tensor, got %s", fname, check.shape(b.points))
   end
   local B = b.points.shape[1]
   if type(b.lengths) ~= "table" or #b.lengths ~= B then
@@ -94,7 +91,7 @@ local function check_batch(b, fname, need_target, level)
     if not glimpse.is_tensor(b.targets) or b.targets:dim() ~= 2 or b.targets.shape[1] ~= B
        or type(b.target_lengths) ~= "table" then
       C.fail(level + 1, "%s: batch.targets must be a (B,T) tensor with target_lengths, got %s",
-             fname, shape_str(b.targets))
+             fname, check.shape(b.targets))
     end
   end
 end

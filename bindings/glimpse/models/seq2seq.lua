@@ -23,6 +23,7 @@ local nn = require "glimpse.nn"
 local att = require "glimpse.attention"
 local Vocab = require "glimpse.data.vocab"
 local C = require "glimpse.models.common"
+local check = require "glimpse.check"
 local options = require "glimpse.options"
 
 local M = {}
@@ -124,10 +125,6 @@ function Seq2Seq:init(o)
   self.out = nn.Linear(H, tgt_vocab:size())                    -- p(y_t) = softmax(W_s h~_t)
 end
 
-local function shape_str(t)
-  return glimpse.is_tensor(t) and "{" .. table.concat(t.shape, ",") .. "}" or type(t)
-end
-
 -- the batch fields a method needs, checked
 local function check_batch(b, fname, need_target, level)
   if type(b) ~= "table" then
@@ -135,7 +132,7 @@ local function check_batch(b, fname, need_target, level)
            fname, type(b))
   end
   if not glimpse.is_tensor(b.src) or b.src:dim() ~= 2 then
-    C.fail(level + 1, "%s: batch.src must be a (B,S) tensor of ids, got %s", fname, shape_str(b.src))
+    C.fail(level + 1, "%s: batch.src must be a (B,S) tensor of ids, got %s", fname, check.shape(b.src))
   end
   if type(b.src_lengths) ~= "table" or #b.src_lengths ~= b.src.shape[1] then
     C.fail(level + 1, "%s: batch.src_lengths must list %d lengths", fname, b.src.shape[1])
@@ -144,7 +141,7 @@ local function check_batch(b, fname, need_target, level)
     for _, k in ipairs({"tgt_in", "tgt_out", "tgt_mask"}) do
       if not glimpse.is_tensor(b[k]) or b[k]:dim() ~= 2 or b[k].shape[1] ~= b.src.shape[1] then
         C.fail(level + 1, "%s: batch.%s must be a (B,T) tensor with B = %d, got %s", fname, k,
-               b.src.shape[1], shape_str(b[k]))
+               b.src.shape[1], check.shape(b[k]))
       end
     end
   end

@@ -19,6 +19,7 @@ local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local Vocab = require "glimpse.data.vocab"
 local C = require "glimpse.models.common"
+local check = require "glimpse.check"
 local options = require "glimpse.options"
 
 local M = {}
@@ -71,19 +72,15 @@ function Transformer:init(o)
   self.out = nn.Linear(c.d, tgt_vocab:size())
 end
 
-local function shape_str(t)
-  return glimpse.is_tensor(t) and "{" .. table.concat(t.shape, ",") .. "}" or type(t)
-end
-
 local function check_batch(b, fname, need_target, level)
   if type(b) ~= "table" or not glimpse.is_tensor(b.src) or b.src:dim() ~= 2 then
     C.fail(level + 1, "%s: batch must be a table with src (B,S) (ds:collate), got %s", fname,
-           type(b) == "table" and shape_str(b.src) or type(b))
+           type(b) == "table" and check.shape(b.src) or type(b))
   end
   if need_target and (not glimpse.is_tensor(b.tgt_in) or b.tgt_in:dim() ~= 2
                       or b.tgt_in.shape[1] ~= b.src.shape[1]) then
     C.fail(level + 1, "%s: batch.tgt_in must be a (B,T) tensor with B = %d, got %s", fname,
-           b.src.shape[1], shape_str(b.tgt_in))
+           b.src.shape[1], check.shape(b.tgt_in))
   end
 end
 
