@@ -63,7 +63,7 @@ local CASES = {
    defaults = function(m) return {inplace = m.inplace} end},
   {owner = "nn.Dropout", spec = nn.Dropout.options,
    make = function(o) return nn.Dropout(o or {}) end,
-   typo = {q = 0.1}, near = "p", bad = {p = "0.1"},
+   typo = {pp = 0.1}, near = "p", bad = {p = "0.1"},
    defaults = function(m) return {p = m.p} end},
   {owner = "nn.LayerNorm", spec = nn.LayerNorm.options,
    make = function(o) return nn.LayerNorm(4, o) end,

@@ -81,23 +81,26 @@ function M.table(fname, what, v, level)
   return v
 end
 
---- check.distance(a, b) -> the Levenshtein distance of two short strings (names): the
---- number of one-letter edits between them; math.huge past 200 letters
+--- check.distance(a, b) -> the edit distance of two short strings (names): one-letter
+--- insertions, deletions, substitutions and swaps of neighbours ("stpes" -> "steps" is 1);
+--- math.huge past 200 letters
 local function distance(a, b)
   if #a > 200 or #b > 200 then return math.huge end
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
+  local d = {}
+  for i = 0, #a do d[i] = {[0] = i} end
+  for j = 0, #b do d[0][j] = j end
   for i = 1, #a do
-    local cur = {[0] = i}
     for j = 1, #b do
       local cost = a:byte(i) == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      local v = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+      if i > 1 and j > 1 and a:byte(i) == b:byte(j - 1) and a:byte(i - 1) == b:byte(j) then
+        v = math.min(v, d[i - 2][j - 2] + 1)
+      end
+      d[i][j] = v
     end
-    prev = cur
   end
-  return prev[#b]
+  return d[#a][#b]
 end
-
 M.distance = distance
 
 --- check.nearest(name, candidates) -> the candidate closest to name when it is close enough
@@ -109,7 +112,8 @@ function M.nearest(name, candidates)
     local d = distance(name:lower(), c:lower())
     if not best_d or d < best_d or (d == best_d and c < best) then best, best_d = c, d end
   end
-  if best and best_d <= math.max(1, #name // 3) then return best end
+  -- close enough to be a typo, and not a guess that replaces every letter of a short name
+  if best and best_d <= math.max(1, #name // 3) and best_d < #name then return best end
   return nil
 end
 
