@@ -22,21 +22,21 @@ local copy, Rng = glimpse.data.copy_task, glimpse.data.Rng
 local parser = experiment.parser("ntm_copy", "Train an NTM (or an LSTM) on the copy task.",
   {steps = 100000, time_limit = 300, eval_every = 200, out = false,
    quick = {max_len = 5, memory = 32, steps = 8000, time_limit = 50, test = 50, eval_every = 100}})
-parser:option("--model", "ntm | lstm", "ntm"):choices({"ntm", "lstm"})
-parser:option("--bits", "bits per vector", "8"):convert(tonumber)
+-- the model's options as flags (--model, --bits, --memory, --width, --hidden, --layers)
+local NTM = glimpse.models.NTM
+local MODEL_FLAGS = {"model", "bits", "memory", "width", "hidden", "layers"}
+experiment.add_flags(parser, NTM.options, MODEL_FLAGS, {
+  memory = {help = "NTM memory slots N"}, width = {help = "NTM memory width M"},
+  layers = {help = "LSTM baseline layers (the paper: 3)"}})
 parser:option("--min-len", "shortest training sequence", "1"):convert(tonumber)
 parser:option("--max-len", "longest training sequence", "20"):convert(tonumber)
 parser:option("--test-lens", "comma-separated lengths to test (default: max-len and longer)")
 parser:option("--test", "test sequences per length", "100"):convert(tonumber)
-parser:option("--memory", "NTM memory slots N", "128"):convert(tonumber)
-parser:option("--width", "NTM memory width M", "20"):convert(tonumber)
 experiment.add_flags(parser, {batch = 16, load = false,
-  hidden = {false, "controller (NTM) / LSTM size (default: ntm 100, lstm 256)"},
-  layers = {3, "LSTM baseline layers (the paper: 3)"},
   lr = {false, "learning rate (default: RMSProp 1e-4 as the paper, Adam 1e-3)"},
   clip = {10, "clip each gradient entry to [-clip, clip] (the paper: 10)"}})
 parser:flag("--adam", "Adam instead of the paper's RMSProp (momentum 0.9, decay 0.95)")
-experiment.int_flags(parser, {bits = 1, min_len = 1, max_len = 1, test = 1, memory = 1, width = 1})
+experiment.int_flags(parser, {min_len = 1, max_len = 1, test = 1})
 local args = experiment.parse(parser)
 
 args.hidden = args.hidden or (args.model == "ntm" and 100 or 256)
@@ -53,10 +53,9 @@ end
 args.lr = args.lr or (args.adam and 1e-3 or 1e-4)
 args.out = args.out or ("out/ntm_copy-" .. args.model)
 
-local cfg = {model = args.model, bits = args.bits, memory = args.memory, width = args.width,
-             hidden = args.hidden, layers = args.layers}
+local cfg = NTM.options:from_args(args, MODEL_FLAGS)
 local run = experiment.start(args, {name = "ntm_copy", config = cfg})
-local model = args.load and glimpse.models.NTM.load(args.load) or glimpse.models.NTM(cfg)
+local model = args.load and NTM.load(args.load) or NTM(cfg)
 run:count_params(model)
 run:print(string.format("ntm_copy: %s lr %g, clip +-%g, train lengths %d-%d, tests at %s",
                         args.adam and "Adam" or "RMSProp (momentum 0.9)", args.lr, args.clip,

@@ -21,7 +21,14 @@ local points, Rng, eval = glimpse.data.points, glimpse.data.Rng, glimpse.models.
 local parser = experiment.parser("pointer", "Train a pointer network on sort / convex hull / TSP.",
   {steps = 20000, time_limit = 300, out = false,
    quick = {steps = 2000, time_limit = 60, valid = 200, test = 200, eval_every = 100}})
-parser:option("--task", "sort | hull | tsp", "sort"):choices({"sort", "hull", "tsp"})
+-- the model's options as flags (--task, --emb, --hidden, --attn-hidden, --glimpses, --logit-clip)
+local Ptr = glimpse.models.PointerNet
+local MODEL_FLAGS = {"task", "emb", "hidden", "attn_hidden", "glimpses", "logit_clip"}
+experiment.add_flags(parser, Ptr.options, MODEL_FLAGS, {
+  emb = {help = "point embedding size"}, hidden = {help = "LSTM size (the paper: 256 or 512)"},
+  attn_hidden = {help = "pointer hidden size (default: --hidden)"},
+  glimpses = {help = "attention reads before pointing (Bello et al. 2016)"},
+  logit_clip = {help = "pointer scores C tanh(u) (Bello et al. 2016: 10; 0 off)"}})
 parser:option("--n", "points per example", "10"):convert(tonumber)
 parser:option("--n-min", "mixed sizes: fewest points (with --n-max)"):convert(tonumber)
 parser:option("--n-max", "mixed sizes: most points (with --n-min)"):convert(tonumber)
@@ -30,25 +37,20 @@ parser:option("--train", "fixed training examples (0: a fresh batch every step; 
               .. "but 30000 for tsp above 8 cities)"):convert(tonumber)
 parser:option("--valid", "validation examples (every epoch, greedy)", "500"):convert(tonumber)
 parser:option("--test", "test examples per test set (greedy and beam)", "1000"):convert(tonumber)
-experiment.add_flags(parser, {batch = 128, emb = {128, "point embedding size"}, load = false,
-  hidden = {128, "LSTM size (the paper: 256 or 512)"}, clip = {2, "gradient-norm clip"},
-  attn_hidden = {false, "pointer hidden size (default: --hidden)"},
+experiment.add_flags(parser, {batch = 128, load = false, clip = {2, "gradient-norm clip"},
   lr = {0.001, "Adam learning rate (--paper: SGD 1.0)"}, beam = 5})
 parser:flag("--paper", "the paper's recipe: SGD lr 1.0, clip 2.0, init uniform(-0.08, 0.08)")
-parser:option("--glimpses", "attention reads before pointing (Bello et al. 2016)", "0"):convert(tonumber)
 parser:flag("--cosine", "cosine learning-rate schedule down to 0 over --steps")
-parser:option("--logit-clip", "pointer scores C tanh(u) (Bello et al. 2016: 10; 0 off)", "0"):convert(tonumber)
 parser:flag("--augment", "fixed --train set: each example turned/mirrored and its points reordered")
 parser:option("--epoch-steps", "steps per epoch, a validation after each (as --eval-every)")
   :convert(tonumber)
 parser:option("--pictures", "test instances to draw", "4"):convert(tonumber)
 experiment.int_flags(parser, {n = 1, n_min = 1, n_max = 1, train = 0, valid = 1, test = 1,
-                              epoch_steps = 1, pictures = 0, glimpses = 0})
+                              epoch_steps = 1, pictures = 0})
 local args = experiment.parse(parser)
 
 local n_lo, n_hi = args.n_min or args.n, args.n_max or args.n
 if n_hi < n_lo then parser:error("--n-max must be >= --n-min") end
-if not (args.logit_clip >= 0 and args.logit_clip < math.huge) then parser:error("--logit-clip must be >= 0") end
 if args.task == "hull" and n_lo < 3 then parser:error("hull needs at least 3 points per example") end
 local test_sizes = experiment.int_list(parser, "--test-n", args.test_n, args.task == "hull" and 3 or 1)
 for _, v in ipairs({n_hi, table.unpack(test_sizes)}) do
@@ -65,9 +67,8 @@ args.epoch_steps = args.epoch_steps or args.eval_every
 local size_tag = n_lo == n_hi and tostring(n_lo) or (n_lo .. "-" .. n_hi)
 args.out = args.out or string.format("out/pointer-%s-n%s", args.task, size_tag)
 
-local cfg = {task = args.task, emb = args.emb, hidden = args.hidden, glimpses = args.glimpses,
-             attn_hidden = args.attn_hidden or args.hidden, init = args.paper and "paper" or nil,
-             logit_clip = args.logit_clip}
+local cfg = Ptr.options:from_args(args, MODEL_FLAGS)
+cfg.attn_hidden, cfg.init = args.attn_hidden or args.hidden, args.paper and "paper" or nil
 local run = experiment.start(args, {name = "pointer", config = cfg})
 local size_arg = n_lo == n_hi and n_lo or {n_lo, n_hi}
 local function make(n, count, seed)

@@ -15,7 +15,7 @@
 -- index.html to the output folder it names at the end.
 local glimpse = require "glimpse"
 local figures = require "glimpse.plot.figures"
-local experiment, att, util = glimpse.experiment, glimpse.attention, glimpse.util
+local experiment, util = glimpse.experiment, glimpse.util
 local tasks, eval = glimpse.data.seq2seq, glimpse.models.eval
 
 local parser = experiment.parser("seq2seq", "Train an attention seq2seq model on a synthetic task.",
@@ -24,30 +24,19 @@ local parser = experiment.parser("seq2seq", "Train an attention seq2seq model on
             eval_every = 100, log_every = 25}})
 parser:option("--task", "reversal | sorting | dates", "reversal")
   :choices({"reversal", "sorting", "dates"})
-parser:option("--score", "score function: " .. table.concat(att.SCORES, " | "), "additive")
-  :choices(att.SCORES)
-parser:option("--mode", "attention mode: " .. table.concat(att.MODES, " | "), "soft")
-  :choices(att.MODES)
 parser:option("--min-len", "shortest digit string", "5"):convert(tonumber)
 parser:option("--max-len", "longest digit string", "20"):convert(tonumber)
 parser:option("--train", "training examples", "50000"):convert(tonumber)
 parser:option("--valid", "held-out examples", "1000"):convert(tonumber)
-experiment.add_flags(parser, {batch = 64, emb = 32, lr = 0.003, clip = 5,
-  hidden = {128, "decoder size (the encoder has hidden/2 per direction)"},
-  attn_hidden = {64, "attention hidden size (additive, concat, local-p)"},
+experiment.add_flags(parser, {batch = 64, lr = 0.003, clip = 5,
   beam = {1, "beam width for the final held-out decoding (1: greedy only)"}})
+-- the model's own options become flags (--emb, --hidden, --score, --mode, ...: `?Seq2Seq`)
+local MODEL_FLAGS = {"emb", "hidden", "attn_hidden", "score", "mode", "window", "temperature",
+                     "normaliser", "soft_prob", "entropy", "ds", "coverage", "length_penalty"}
+experiment.add_flags(parser, glimpse.models.Seq2Seq.options, MODEL_FLAGS)
 parser:option("--target", "stop once validation accuracy reaches this", "1.01"):convert(tonumber)
-parser:option("--window", "local attention half-width D", "3"):convert(tonumber)
-parser:option("--temperature", "softmax temperature", "1"):convert(tonumber)
-parser:option("--normaliser", "softmax | sigmoid", "softmax"):choices({"softmax", "sigmoid"})
-parser:option("--soft-prob", "hard mode: probability of the expected context per sequence", "0.5")
-  :convert(tonumber)
-parser:option("--entropy", "hard mode: entropy bonus weight", "0.01"):convert(tonumber)
-parser:option("--ds", "doubly stochastic penalty weight (0: off)", "0"):convert(tonumber)
-parser:flag("--coverage", "add a coverage term inside the additive/concat score")
 parser:option("--maps", "alignment heatmaps to write", "4"):convert(tonumber)
-parser:option("--length-penalty", "beam search: GNMT length penalty alpha", "0"):convert(tonumber)
-experiment.int_flags(parser, {min_len = 1, max_len = 1, train = 1, valid = 1, window = 1, maps = 0})
+experiment.int_flags(parser, {min_len = 1, max_len = 1, train = 1, valid = 1, maps = 0})
 local args = experiment.parse(parser)
 args.out = args.out or string.format("out/seq2seq-%s-%s-%s", args.task, args.score, args.mode)
 
@@ -58,12 +47,8 @@ local function make_set(n, seed)
 end
 local train, valid = make_set(args.train, args.seed), make_set(args.valid, args.seed + 7919)
 
-local cfg = {emb = args.emb, hidden = args.hidden, attn_hidden = args.attn_hidden,
-             score = args.score, mode = args.mode, window = args.window,
-             temperature = args.temperature, normaliser = args.normaliser,
-             soft_prob = args.soft_prob, entropy = args.entropy, ds = args.ds,
-             coverage = args.coverage, max_src = math.max(args.max_len, 40) + 2,
-             length_penalty = args.length_penalty}
+local cfg = glimpse.models.Seq2Seq.options:from_args(args, MODEL_FLAGS)
+cfg.max_src = math.max(args.max_len, 40) + 2
 local run = experiment.start(args, {name = "seq2seq", config = cfg})
 local o = {dataset = train}
 for k, v in pairs(cfg) do o[k] = v end
