@@ -147,6 +147,29 @@ function T.test_resize_converts_an_image_of_another_size()
   lu.assertEquals(out, d .. "/big.png\t" .. want .. "\n")
 end
 
+function T.test_overlay_of_a_one_pixel_or_one_pixel_wide_image_is_drawn_on_the_model_grid()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d = setup()
+  local ov = d .. "/ov"
+  for _, size in ipairs({{1, 1}, {40, 1}}) do
+    local p = string.format("%s/px%dx%d.png", d, size[1], size[2])
+    glimpse.image.save(p, glimpse.rand(3, size[1], size[2]))
+    local out, err, code = run({"caption", "--resize", "--overlay", ov, "--model",
+                                d .. "/tiny.safetensors", p})
+    lu.assertEquals(code, 0, err)
+    lu.assertStrContains(out, p .. "\t")
+    lu.assertTrue(glimpse._file_kind(string.format("%s/px%dx%d.png", ov, size[1], size[2])) == "file")
+  end
+  rmdir(d)
+end
+
+function T.test_caption_refuses_an_unknown_option()
+  local _, cap = setup()
+  local ok, err = pcall(cap.caption, cap, glimpse.rand(1, SIZE, SIZE), {beem = 2})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "Captioner:caption: unknown option 'beem' (did you mean 'beam'?")
+end
+
 function T.test_bad_command_lines_exit_2_with_the_usage()
   lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
   for _, case in ipairs({{{"caption"}, "no images given"},

@@ -659,4 +659,31 @@ function T.test_bad_step_results_and_states_give_clear_errors()
   lu.assertStrContains(msg, "test_decode.lua")
 end
 
+-- a model gone wrong (NaN or -inf log-probabilities everywhere) still gets one hypothesis
+-- per item, flagged, instead of none (which callers would index)
+function T.test_beam_with_no_finite_score_returns_a_flagged_hypothesis()
+  for _, bad in ipairs({0 / 0, -math.huge}) do
+    local function step(y, st) return glimpse.full({#y, 5}, bad), st end
+    local hyps = decode.beam(step, {}, {beam = 3, max_len = 4, start = {2, 2}, stop = 3, batch = 2})
+    lu.assertEquals(#hyps, 2)
+    for b = 1, 2 do
+      lu.assertEquals(#hyps[b], 1)
+      lu.assertTrue(hyps[b][1].no_finite_score)
+      lu.assertEquals(hyps[b][1].tokens, {})
+      lu.assertFalse(hyps[b][1].finished)
+    end
+  end
+end
+
+function T.test_model_decode_flags_rows_with_no_finite_score()
+  local ds = glimpse.data.seq2seq.reversal{n = 4, max_len = 6, seed = 1}
+  local m = glimpse.models.Seq2Seq{dataset = ds, emb = 4, hidden = 8, attn_hidden = 4}
+  glimpse.no_grad(function() m.out.bias:fill_(0 / 0) end)
+  for _, beam in ipairs({1, 3}) do
+    local outs, ex = m:decode(ds:collate({1, 2}), {beam = beam, max_len = 3})
+    lu.assertEquals(#outs, 2)
+    lu.assertEquals(ex.no_finite_score, {true, true})
+  end
+end
+
 return T

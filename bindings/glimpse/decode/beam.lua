@@ -190,6 +190,13 @@ function M.beam(step, state, opts)
                              last = v, row = base + k}
           end
         end
+        if #new == 0 and #finished[b] == 0 then
+          -- every candidate NaN or -inf (a model gone wrong): nothing can be ranked, so the
+          -- best beam so far ends here, flagged, rather than leaving the item with no answer
+          local h = beams[b][1]
+          finish(b, {tokens = h.tokens, score = NEG_INF, align = h.align}, t - 1, false)
+          finished[b][#finished[b]].no_finite_score = true
+        end
         local done = #new == 0 or t == max_len
         if t == max_len then
           for _, h in ipairs(new) do finish(b, h, t, false) end
@@ -239,7 +246,8 @@ function M.beam(step, state, opts)
         local h = list[j]
         hyps[b][j] = {tokens = h.tokens, score = h.score, log_prob = h.log_prob,
                       length = h.length, finished = h.finished,
-                      alignment = any_attn and h.alignment or nil}
+                      alignment = any_attn and h.alignment or nil,
+                      no_finite_score = h.no_finite_score}
       end
     end
     return hyps

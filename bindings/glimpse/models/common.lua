@@ -155,24 +155,30 @@ end
 --- error).  make_state() -> the decoding state; step(y, state, t) as glimpse.decode takes it;
 --- o: glimpse.decode's options, o.beam > 1 for beam search (else greedy).  outputs[b]: the
 --- tokens of row b's best hypothesis; extras = {alignments = {b -> rows}, scores = {b ->
---- log-probability}, finished = {b -> boolean}}.
+--- log-probability}, finished = {b -> boolean}, no_finite_score = {b -> true when the model
+--- gave no finite log-probability to rank (NaN or -inf everywhere)}}.
 function M.decode(model, make_state, step, o)
   local search = require "glimpse.decode"
   local was_training = model.training
   model:evaluate()
   local ok, outs, extras = pcall(glimpse.no_grad, function()
     local st = make_state()
-    local preds, ex = {}, {alignments = {}, scores = {}, finished = {}}
+    local preds, ex = {}, {alignments = {}, scores = {}, finished = {}, no_finite_score = {}}
     if (o.beam or 1) == 1 then
       local g = M.copy(o)
       g.beam, g.length_penalty = nil, nil
       local toks, scores, al, fin = search.greedy(step, st, g)
       preds, ex.scores, ex.finished = toks, scores, fin
-      for i = 1, #toks do ex.alignments[i] = al and al[i] or {} end
+      for i = 1, #toks do
+        ex.alignments[i] = al and al[i] or {}
+        local s = scores[i]
+        ex.no_finite_score[i] = s ~= s or s == -math.huge
+      end
     else
       for i, h in ipairs(search.beam(step, st, o)) do
         preds[i], ex.alignments[i], ex.scores[i], ex.finished[i] =
           h[1].tokens, h[1].alignment, h[1].log_prob, h[1].finished
+        ex.no_finite_score[i] = h[1].no_finite_score or false
       end
     end
     return preds, ex

@@ -66,6 +66,9 @@ function M.overlays(img, alphas, words, path, opts, fname)
   end
   local H, W = img.shape[2], img.shape[3]
   local gh, gw = grid_of(opts.grid, H, W, T > 0 and alphas.shape[2] or 0)
+  if math.type(gh) ~= "integer" or math.type(gw) ~= "integer" then
+    check.fail(2, "%s: no attention grid for a %dx%d image: %s", fname, H, W, tostring(gw))
+  end
   if T > 0 and (gh or 0) * (gw or 0) ~= alphas.shape[2] then
     check.fail(2, "%s: alphas have %d columns, a %dx%d image gives a %dx%d grid", fname,
                alphas.shape[2], H, W, gh or 0, gw or 0)

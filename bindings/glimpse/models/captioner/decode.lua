@@ -15,6 +15,18 @@ local caption_plot = require "glimpse.plot.caption"
 
 local Captioner = {}   -- methods
 
+-- cap:caption's options, declared once (checked in full where they are read)
+local CAPTION_OPTIONS = require("glimpse.options").declare("Captioner:caption", {
+  {"beam", "int", 3, range = {1}, help = "beam width (1: greedy)"},
+  {"max_len", "int", nil, range = {1}, help = "most words (default: config.max_len)"},
+  {"length_penalty", "number", nil, help = "beam search's length normalisation alpha"},
+  {"sample", "boolean", false, help = "draw words instead of searching"},
+  {"temperature", "number", 1, range = {0}, help = "sampling temperature"},
+  {"resize", "boolean", false, help = "resize an image of another size to the model's"},
+  {"list", "boolean", false, help = "a batch of one still gives lists"},
+})
+Captioner.caption_options = CAPTION_OPTIONS
+
 -- the decoder state for decode.*: every tensor has one row per image (the attention's
 -- per-image cache included); weights stay out
 function Captioner:_decode_state(a)
@@ -146,10 +158,8 @@ end
 -- evaluation mode and records no graph.
 function Captioner:caption(images, opts)
   local fname = "Captioner:caption"
+  CAPTION_OPTIONS:known(opts, 2)
   opts = opts or {}
-  if type(opts) ~= "table" then
-    check.fail(2, "%s: opts must be a table, got %s", fname, type(opts))
-  end
   local batch, single = self:_caption_batch(images, opts, fname)
   local K = opts.beam or 3
   check.int(fname, "opts.beam", K, 1, nil, 2)
@@ -206,7 +216,10 @@ function Captioner:overlays(img, alphas, words, path, opts)
   end
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end
-  o.grid = function(H, W) return self:grid_size(H, W) end
+  -- the maps are on the grid of the image the encoder saw: prepare resizes a picture to the
+  -- configured size, so that size (not the picture's) gives the grid
+  local spec = self.config.image or {}
+  o.grid = function(H, W) return self:grid_size(spec.height or H, spec.width or W) end
   return caption_plot.overlays(img, alphas, words, path, o, "Captioner:overlays")
 end
 
