@@ -244,4 +244,42 @@ function T.test_a_fifo_is_refused_at_once_by_every_reader()
   os.remove(fifo)
 end
 
+-- a checkpoint whose metadata is damaged (not JSON, null, the wrong shape, a refused
+-- option) is an error that names the file, for the captioner and the sequence models alike
+function T.test_damaged_checkpoint_metadata_errors_name_the_file()
+  local dir = helpers.tmpdir()
+  local sd, meta = glimpse.load("models/scenes-soft.safetensors")
+  local function with(key, value)
+    local m = {}
+    for k, v in pairs(meta) do m[k] = v end
+    m[key] = value
+    local p = dir .. "/bad.safetensors"
+    glimpse.save(p, sd, m)
+    return p
+  end
+  local cases = {
+    {"config", "{junk", "metadata 'config' is not JSON"},
+    {"config", "null", "metadata 'config' must be a JSON object or list, got null"},
+    {"config", "[1]", "damaged metadata"},
+    {"vocab", "null", "metadata 'vocab' must be a JSON object or list"},
+    {"vocab", "[1]", "damaged metadata: vocab.from_list"},
+    {"config", meta.config:gsub("^{", '{"bogus":1,'), "Captioner: unknown option 'bogus'"},
+  }
+  for _, c in ipairs(cases) do
+    local p = with(c[1], c[2])
+    local err = refused(glimpse.captioner.Captioner.load, p)
+    lu.assertStrContains(err, "Captioner.load: " .. p)
+    lu.assertStrContains(err, c[3])
+  end
+  local ds = glimpse.data.seq2seq.reversal{n = 4, max_len = 6, seed = 1}
+  local m = glimpse.models.Seq2Seq{dataset = ds, emb = 4, hidden = 8, attn_hidden = 4}
+  local p = dir .. "/s2s.safetensors"
+  m:save(p)
+  local ssd, smeta = glimpse.load(p)
+  smeta.config = smeta.config:gsub('"hidden":8', '"hidden":"x"')
+  glimpse.save(p, ssd, smeta)
+  lu.assertStrContains(refused(glimpse.models.Seq2Seq.load, p),
+                       "Seq2Seq.load: " .. p .. ": Seq2Seq: option 'hidden' must be a positive integer")
+end
+
 return T

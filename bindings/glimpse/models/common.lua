@@ -73,7 +73,8 @@ function M.save(model, path, format, extra_meta, user_meta, fname)
 end
 
 --- common.load(path, format, keys, fname) -> state_dict, decoded {key = value}, raw meta.
--- keys: the JSON-encoded metadata entries the checkpoint must have.
+-- keys: the JSON-encoded metadata entries the checkpoint must have; each must decode to a
+-- table (a config, a vocabulary), else the error names the file and the entry.
 function M.load(path, format, keys, fname)
   if type(path) ~= "string" then fail(3, "%s: path must be a string, got %s", fname, type(path)) end
   local ok, sd, meta = pcall(glimpse.load, path)
@@ -88,10 +89,16 @@ function M.load(path, format, keys, fname)
   local out = {}
   for _, k in ipairs(keys) do
     if meta[k] == nil then fail(3, "%s: %s has no '%s' in its metadata", fname, path, k) end
-    local v = check.integers(util.json_decode(meta[k]))
-    if type(v) == "table" then
-      for kk, x in pairs(v) do if x == null then v[kk] = nil end end
+    local okj, v = pcall(util.json_decode, meta[k])
+    if not okj then
+      fail(3, "%s: %s: metadata '%s' is not JSON (%s)", fname, path, k, M.strip(v))
     end
+    if type(v) ~= "table" then
+      fail(3, "%s: %s: metadata '%s' must be a JSON object or list, got %s", fname, path, k,
+           v == null and "null" or type(v))
+    end
+    v = check.integers(v)
+    for kk, x in pairs(v) do if x == null then v[kk] = nil end end
     out[k] = v
   end
   return sd, out, meta
@@ -126,7 +133,8 @@ function M.checkpoints(Class, mod, cls, format, vocabs)
       o.src_vocab, o.tgt_vocab = Vocab.from_list(m.src_vocab), Vocab.from_list(m.tgt_vocab)
     end
     if Class.from_checkpoint then o = Class.from_checkpoint(o) end
-    local model = Class(o)
+    local ok, model = pcall(Class, o)      -- a config the options refuse: name the file
+    if not ok then fail(2, "%s.load: %s: %s", cls, path, M.strip(model)) end
     M.load_weights(model, sd, path, cls .. ".load")
     if Class.after_load then Class.after_load(model, meta, m.config) end
     return model, meta

@@ -46,10 +46,16 @@ function M.read(path, opts, fname)
   end
   local sd, m, meta = common.load(path, FORMAT, {"config", "vocab"}, fname)
   if opts and opts.vocab then same_vocab(opts.vocab:totable(), m.vocab, fname, path, 3) end
-  local o = copts.from_checkpoint(m.config)
-  o.vocab = Vocab.from_list(m.vocab)
-  o.encoder = common.copy(m.config.encoder)
-  o.encoder.init = false                                        -- the weights come next
+  -- a damaged config or vocabulary is an error naming the file, whatever part of it is wrong
+  local ok, o = pcall(function()
+    local c = copts.from_checkpoint(m.config)
+    c.vocab = Vocab.from_list(m.vocab)
+    if type(m.config.encoder) ~= "table" then error("the config has no encoder table", 0) end
+    c.encoder = common.copy(m.config.encoder)
+    c.encoder.init = false                                      -- the weights come next
+    return c
+  end)
+  if not ok then check.fail(3, "%s: %s: damaged metadata: %s", fname, path, check.strip(o)) end
   return o, sd, meta
 end
 
@@ -67,9 +73,7 @@ function Captioner:load_weights(path)
 end
 
 local function file_exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
+  return require("glimpse")._file_kind(path) == "file"
 end
 
 --- glimpse.captioner.model_dirs() -> the folders pretrained(name) looks in, in order: those

@@ -36,7 +36,9 @@ M.available = checkpoint.available
 function M.load(path, opts)
   local ok, cap = pcall(function()
     local o, sd, meta = checkpoint.read(path, opts, "Captioner.load")
-    local cap = common.load_weights(Captioner(o), sd, path, "Captioner.load")
+    local okc, built = pcall(Captioner, o)   -- a config the options refuse: name the file
+    if not okc then error(string.format("Captioner.load: %s: %s", path, check.strip(built)), 0) end
+    local cap = common.load_weights(built, sd, path, "Captioner.load")
     if meta.baseline then cap.baseline.value = tonumber(meta.baseline) end
     if opts and opts.hard_eval then cap:set_hard_eval(opts.hard_eval) end
     if opts and opts.length_penalty then
