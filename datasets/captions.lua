@@ -17,6 +17,8 @@
 local cjson = require "cjson"
 local Vocab = require "glimpse.data.vocab"
 local batches = require "glimpse.data.batches"
+local check = require "glimpse.check"
+local util = require "glimpse.util"
 
 local M = {}
 
@@ -36,11 +38,10 @@ local function new_set(images, name)
   return setmetatable({images = images, name = name}, Set)
 end
 
+-- the text of a file, or an error naming the caller `who` (at the caller of who)
 local function read_file(path, who)
-  local f, err = io.open(path, "rb")
-  if not f then error(who .. ": cannot open '" .. path .. "': " .. tostring(err), 3) end
-  local s = f:read("a")
-  f:close()
+  local ok, s = pcall(util.read_text, path)
+  if not ok then error(who .. ": cannot open '" .. path .. "': " .. check.strip(s):gsub("^util%.read_text: ", ""), 3) end
   return s
 end
 

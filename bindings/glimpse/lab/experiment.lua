@@ -285,14 +285,6 @@ end
 -- ---------------------------------------------------------------------------------------
 -- the machine
 
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
 local function source_commit()
   local path = package.searchpath("glimpse.lab.experiment", package.path)
   local root = path and path:match("^(.*)/bindings/glimpse/lab/experiment%.lua$")
@@ -308,7 +300,8 @@ end
 --- experiment.machine() -> {cpu=, cores=, loadavg=, blas={core=, threads=, config=},
 --- glimpse=, commit=, lua=}: the facts run.json records.
 function M.machine()
-  local info = read_file("/proc/cpuinfo") or ""
+  local ok, info = pcall(util.read_text, "/proc/cpuinfo")
+  if not ok then info = "" end
   local cores = 0
   for _ in info:gmatch("\nprocessor%s*:") do cores = cores + 1 end
   if info:match("^processor%s*:") then cores = cores + 1 end
