@@ -25,6 +25,7 @@ local parser = experiment.parser("pointer", "Train a pointer network on sort / c
 local Ptr = glimpse.models.PointerNet
 local MODEL_FLAGS = {"task", "emb", "hidden", "attn_hidden", "glimpses", "logit_clip"}
 experiment.add_flags(parser, Ptr.options, MODEL_FLAGS, {
+  task = {default = "sort", help = "the problem (when the end slot opens)"},
   emb = {help = "point embedding size"}, hidden = {help = "LSTM size (the paper: 256 or 512)"},
   attn_hidden = {help = "pointer hidden size (default: --hidden)"},
   glimpses = {help = "attention reads before pointing (Bello et al. 2016)"},

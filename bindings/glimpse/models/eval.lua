@@ -3,17 +3,20 @@
 --
 --   local eval = glimpse.models.eval
 --   eval.sequence_accuracy(s2s, valid, {beam = 5})  --> {exact=, token=, bleu=, n=}
---   eval.pointer(ptr, test, {beam = 3})             --> {exact=, n=, area_coverage=, invalid=}
---                                                       (hull) or {valid_tours=, tour_length=,
---                                                       optimal_length=, gap=} (tsp)
+--   eval.pointer(ptr, test, {beam = 3})             --> {exact=, token=, n=} and for hull
+--                                                       {area_coverage=, invalid=}, for tsp
+--                                                       {valid_tours=, tour_length=,
+--                                                       optimal_length=, gap=}
 --   eval.copy(ntm, batch)                           --> {bit_errors=, exact=, n=}
 --
 -- Datasets are the ones the models train on: datasets/seq2seq_tasks.lua (references
--- ds.tgt_ids), datasets/points.lua (ds.targets, ds.points, ds.tour_lengths), and a
--- copy_task batch or dataset.  The models run in evaluation mode without a tape.
+-- ds.tgt_ids), any dataset whose batches are in PointerNet's layout (datasets/points.lua's,
+-- with ds.points and ds.tour_lengths for the hull and tsp measures), and a copy_task batch
+-- or dataset.  The models run in evaluation mode without a tape.
 local glimpse = require "glimpse"
 local metrics = require "glimpse.metrics"
 local planar = require "glimpse.planar"
+local pointer_targets = require("glimpse.models.pointer").targets
 
 local M = {}
 
@@ -57,13 +60,14 @@ function M.decode_all(model, ds, opts)
   return outs, ex
 end
 
--- exact-sequence accuracy; a tour counts in either direction and from any start
-function M._exact(preds, ds)
-  local refs = ds.tgt_ids or ds.targets
+-- exact-sequence accuracy against refs (default: the dataset's); a tour (ds.task == "tsp")
+-- counts in either direction and from any start
+function M._exact(preds, ds, refs)
+  refs = refs or ds.tgt_ids or ds.targets
   if ds.task ~= "tsp" then return (metrics.exact_match(preds, refs)) end
   local right = 0
-  for i = 1, ds.n do if planar.same_cycle(preds[i], refs[i]) then right = right + 1 end end
-  return ds.n > 0 and right / ds.n or 0
+  for i = 1, #refs do if planar.same_cycle(preds[i], refs[i]) then right = right + 1 end end
+  return #refs > 0 and right / #refs or 0
 end
 
 --- eval.sequence_accuracy(model, ds, {beam=1, batch_size=200, max_len=, bleu=true}) ->
@@ -86,36 +90,56 @@ function M.sequence_accuracy(model, ds, opts)
   return r
 end
 
---- eval.pointer(model, ds, {beam=1, batch_size=200}) -> {exact=, n=, ...}: exact-sequence
---- accuracy, and for hull area_coverage (mean |area(pred)| / area(hull), 0 for an invalid
---- polygon) and invalid (share of non-simple polygons), for tsp valid_tours (share of
---- permutations), tour_length and optimal_length (means over the valid tours) and gap
---- (tour_length / optimal_length - 1)
+--- eval.pointer(model, ds, {beam=1, batch_size=200, max_len=}) -> {exact=, token=, n=, ...}
+-- Any dataset whose ds:collate(indices) gives a batch in PointerNet's layout (inputs or
+-- points, lengths, targets (B,T) of 1-based positions padded with 0, target_lengths;
+-- docs/api/models/pointer.md): model:decode on each batch, the references from its
+-- targets.  exact: share of examples whose output is the target sequence (ds.task ==
+-- "tsp": the same tour in either direction, from any start); token: per-position accuracy
+-- (share of target positions t where the output's t-th position is the target's).  Where
+-- the dataset provides them (datasets/points.lua: ds.task and ds.points): for hull
+-- area_coverage (mean |area(pred)| / area(hull), 0 for an invalid polygon) and invalid
+-- (share of non-simple polygons), for tsp valid_tours (share of permutations), tour_length
+-- and optimal_length (means over the valid tours) and gap (tour_length / optimal_length - 1).
 function M.pointer(model, ds, opts)
-  local o = check("eval.pointer", model, ds, opts, 2)
-  if type(ds.points) ~= "table" or type(ds.targets) ~= "table" then
-    error("eval.pointer: argument #2 must be a datasets/points.lua dataset", 2)
+  local o, bs = check("eval.pointer", model, ds, opts, 2)
+  local preds, refs = {}, {}
+  local dopts = {beam = o.beam, max_len = o.max_len}
+  for s = 1, ds.n, bs do
+    local idx = {}
+    for i = s, math.min(ds.n, s + bs - 1) do idx[#idx + 1] = i end
+    local b = ds:collate(idx)
+    if type(b) ~= "table" then
+      error("eval.pointer: ds:collate must return a batch table {inputs=, lengths=, targets=, "
+            .. "target_lengths=} (docs/api/models/pointer.md), got " .. type(b), 2)
+    end
+    local y = pointer_targets(b, "eval.pointer: ds:collate's batch", 2)
+    if #y ~= #idx then
+      error(string.format("eval.pointer: ds:collate gave %d targets for %d indices", #y, #idx), 2)
+    end
+    local outs = model:decode(b, dopts)
+    for k, i in ipairs(idx) do preds[i], refs[i] = outs[k], y[k] end
   end
-  local preds = M.decode_all(model, ds, o)
-  local out = {exact = M._exact(preds, ds), token = metrics.token_accuracy(preds, ds.targets),
+  local out = {exact = M._exact(preds, ds, refs), token = metrics.token_accuracy(preds, refs),
                n = ds.n}
-  if ds.task == "hull" then
+  local pts = type(ds.points) == "table" and ds.points or nil
+  if ds.task == "hull" and pts then
     local cov, bad = 0, 0
     for i = 1, ds.n do
-      local c, why = planar.hull_coverage(ds.points[i], preds[i], ds.targets[i])
+      local c, why = planar.hull_coverage(pts[i], preds[i], refs[i])
       cov = cov + c
       if why then bad = bad + 1 end
     end
     out.area_coverage = cov / math.max(1, ds.n)
     out.invalid = bad / math.max(1, ds.n)
-  elseif ds.task == "tsp" then
+  elseif ds.task == "tsp" and pts then
     local valid, len, opt = 0, 0, 0
     for i = 1, ds.n do
-      local pts = ds.points[i]
-      if planar.is_tour(preds[i], #pts) then
+      local p = pts[i]
+      if planar.is_tour(preds[i], #p) then
         valid = valid + 1
-        len = len + planar.tour_length(pts, preds[i])
-        opt = opt + (ds.tour_lengths and ds.tour_lengths[i] or planar.tour_length(pts, ds.targets[i]))
+        len = len + planar.tour_length(p, preds[i])
+        opt = opt + (ds.tour_lengths and ds.tour_lengths[i] or planar.tour_length(p, refs[i]))
       end
     end
     out.valid_tours = valid / math.max(1, ds.n)
