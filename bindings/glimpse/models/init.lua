@@ -4,7 +4,7 @@
 --
 --   models.Captioner   models/captioner.lua   Show, Attend and Tell (also glimpse.captioner)
 --   models.Seq2Seq     models/seq2seq.lua     encoder-decoder with any nn.Attention score/mode
---   models.PointerNet  models/pointer.lua     Ptr-Net for sort, convex hull, TSP
+--   models.PointerNet  models/pointer.lua     Ptr-Net for any pointing problem (sort, convex hull, TSP are presets)
 --   models.NTM         models/ntm.lua         Neural Turing Machine (and its LSTM baseline)
 --   models.Transformer models/transformer.lua Transformer encoder-decoder (Vaswani et al.)
 --   models.eval        models/eval.lua        evaluators over a model's :decode
