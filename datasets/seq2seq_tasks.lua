@@ -405,7 +405,7 @@ local function build_pairs(list, o, fname, where, level)
   return ds
 end
 
---- tasks.from_pairs(pairs, {tokens="chars", src_vocab=, tgt_vocab=, shared_vocab=false,
+--- seq2seq.from_pairs(pairs, {tokens="chars", src_vocab=, tgt_vocab=, shared_vocab=false,
 ---   min_count=1, name="pairs"}) -> dataset: a dataset of one's own {src, tgt} pairs
 -- pairs[i] = {src, tgt} or {src, tgt, align} or {src=, tgt=, align=}: src and tgt strings
 -- (split into characters, or into words at whitespace with tokens = "words") or lists of
@@ -465,8 +465,8 @@ local function jsonl_pair(line, fail)
   return {src = v.src, tgt = v.tgt, align = al}
 end
 
---- tasks.from_file(path, {format=, tokens="chars", src_vocab=, tgt_vocab=, shared_vocab=false,
----   min_count=1, name=the file's stem}) -> dataset: tasks.from_pairs over a file's pairs
+--- seq2seq.from_file(path, {format=, tokens="chars", src_vocab=, tgt_vocab=, shared_vocab=false,
+---   min_count=1, name=the file's stem}) -> dataset: seq2seq.from_pairs over a file's pairs
 -- format "tsv": one pair a line, src<TAB>tgt, and optionally <TAB> the alignment as
 -- whitespace-separated source positions; "jsonl": one object a line, {"src": ..., "tgt": ...,
 -- "align": [...]} (src and tgt strings or lists of tokens; other keys are ignored).  Blank
