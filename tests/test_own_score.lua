@@ -96,6 +96,8 @@ function T.test_a_registered_score_joins_SCORES_after_the_built_in_ones()
   lu.assertTrue(att.is_registered_score("relu_additive"))
   lu.assertFalse(att.is_registered_score("dot"))
   lu.assertFalse(att.has_score("nope"))
+  lu.assertEquals(att.score_help("relu_additive"), "v . relu(W q + U k)")
+  lu.assertNil(att.score_help("additive"))
   -- the option tables whose choices are the scores take it and list it (nn.Attention's,
   -- Seq2Seq's)
   lu.assertEquals(nn.Attention.options:check({score = "relu_additive", query = 3}).score,

@@ -355,7 +355,7 @@ end
 --   precompute = function(keys (B,L,Dk), p) -> k   (optional) once per sequence (e.g. U k);
 --                                                 a tensor or table of tensors, B rows; k is
 --                                                 the keys themselves without it;
---   help = "one line"                             (optional) }
+--   help = "one line"                             (optional; attention.score_help(name)) }
 -- The name (an identifier, not a built-in score) joins attention.SCORES: nn.Attention{score=
 -- name}, Seq2Seq{score=name}, decoding, checkpoints and compare's mechanisms take it.  It is
 -- tried on q (2,4), keys (2,3,4), H 4 first (the global generator left as it was); a score
@@ -430,6 +430,11 @@ end
 --- attention.is_registered_score(name) -> true when name was added by register_score
 function M.is_registered_score(name)
   return OWN[name] ~= nil
+end
+
+--- attention.score_help(name) -> the help line a registered score was given, or nil
+function M.score_help(name)
+  return OWN[name] and OWN[name].help
 end
 
 --- attention.gradcheck_score(name, {query=4, key=query, hidden=key, batch=2, length=3,
