@@ -1,5 +1,5 @@
---- datasets/seq2seq_tasks.lua -- small sequence-to-sequence tasks made from a seed, for
--- attention experiments that train in minutes on a CPU:
+--- datasets/seq2seq_tasks.lua (glimpse.data.seq2seq) -- small sequence-to-sequence tasks made
+-- from a seed, for attention experiments that train in minutes on a CPU:
 --   reversal  "48213"          -> "31284"
 --   sorting   "48213"          -> "12348"        (digits ascending)
 --   dates     "march 3rd 1998" -> "1998-03-03"   (several surface forms, all unambiguous)
@@ -11,9 +11,15 @@
 --   local b = ds:collate({1, 2, 3})
 --   -- b.src (3,S) ids, b.src_mask (3,S), b.src_lengths {..}; b.tgt_in (3,T) = <start> y,
 --   -- b.tgt_out (3,T) = y <end>, b.tgt_mask (3,T), b.tgt_lengths {..} (counting <end>)
+--
+-- A dataset of one's own pairs is the same class (tasks.from_pairs, tasks.from_file: TSV or
+-- JSON lines; characters or words as tokens; optional alignments, then batches carry align).
 local Rng = require "glimpse.data.rng"
 local Vocab = require "glimpse.data.vocab"
 local batches = require "glimpse.data.batches"
+local check = require "glimpse.check"
+local options = require "glimpse.options"
+local util = require "glimpse.util"
 
 local M = {}
 
@@ -105,7 +111,9 @@ function Seq2Seq:size() return self.n end
 --- ds:collate(indices) -> batch table:
 ---   src (B,S) ids, src_mask (B,S), src_lengths {B};
 ---   tgt_in (B,T) = <start> y_1..y_m, tgt_out (B,T) = y_1..y_m <end>, tgt_mask (B,T),
----   tgt_lengths {B} (m + 1); src_text, tgt_text (lists of strings); indices.
+---   tgt_lengths {B} (m + 1); src_text, tgt_text (lists of strings); indices; and when the
+---   dataset has alignments (ds.align), align (B,T) beside tgt_out (1-based source
+---   positions, 0: none, <end>, padding).
 --- Padding is id 1 (<pad>) and mask 0.
 function Seq2Seq:collate(indices)
   local src, tin, tout, st, tt = {}, {}, {}, {}, {}
@@ -123,25 +131,40 @@ function Seq2Seq:collate(indices)
   batch.src, batch.src_lengths, batch.src_mask = batches.pad(src)
   batch.tgt_in = batches.pad(tin)
   batch.tgt_out, batch.tgt_lengths, batch.tgt_mask = batches.pad(tout)
+  if self.align then
+    local rows = {}
+    for k, i in ipairs(indices) do
+      local a = self.align[i]
+      local r = table.move(a, 1, #a, 1, {})
+      r[#a + 1] = 0                               -- <end>
+      rows[k] = r
+    end
+    batch.align = batches.pad(rows, {pad = 0, length = batch.tgt_out.shape[2]})
+  end
   return batch
 end
 
---- ds:decode_src(ids) / ds:decode_tgt(ids) -> string (ids: table or 1-D tensor; stops at <end>).
-function Seq2Seq:decode_src(ids) return table.concat(self.src_vocab:decode(ids)) end
-function Seq2Seq:decode_tgt(ids) return table.concat(self.tgt_vocab:decode(ids)) end
+--- ds:decode_src(ids) / ds:decode_tgt(ids) -> string (ids: table or 1-D tensor; stops at
+--- <end>); tokens joined by ds.separator ("" for characters, " " for words).
+function Seq2Seq:decode_src(ids)
+  return table.concat(self.src_vocab:decode(ids), self.separator or "")
+end
+function Seq2Seq:decode_tgt(ids)
+  return table.concat(self.tgt_vocab:decode(ids), self.separator or "")
+end
+
+-- the fields holding one entry per example, cut by ds:split
+local PER_EXAMPLE = {"src", "tgt", "src_ids", "tgt_ids", "lengths", "dates", "formats", "align",
+                     "src_tokens", "tgt_tokens"}
 
 --- ds:split(k) -> two datasets: the first k examples and the rest (same vocabularies).
 function Seq2Seq:split(k)
   local function part(a, b)
     local sub = {}
     for key, v in pairs(self) do sub[key] = v end
-    sub.src = table.move(self.src, a, b, 1, {})
-    sub.tgt = table.move(self.tgt, a, b, 1, {})
-    sub.src_ids = table.move(self.src_ids, a, b, 1, {})
-    sub.tgt_ids = table.move(self.tgt_ids, a, b, 1, {})
-    sub.lengths = table.move(self.lengths, a, b, 1, {})
-    if self.dates then sub.dates = table.move(self.dates, a, b, 1, {}) end
-    if self.formats then sub.formats = table.move(self.formats, a, b, 1, {}) end
+    for _, key in ipairs(PER_EXAMPLE) do
+      if self[key] then sub[key] = table.move(self[key], a, b, 1, {}) end
+    end
     sub.n = #sub.src
     return setmetatable(sub, Seq2Seq)
   end
@@ -233,6 +256,255 @@ function M.dates(opts)
   end
   return make_dataset("dates", src, tgt, Vocab.chars(M.DATE_SRC_CHARS),
                       Vocab.chars(M.DATE_TGT_CHARS), {dates = dates, formats = fmts})
+end
+
+-- ---------------------------------------------------------------------------------------
+-- datasets from one's own pairs
+
+local PAIRS_OPTIONS = options.declare("seq2seq.from_pairs", {
+  {"tokens", "string", "chars", choices = {"chars", "words"},
+   help = "how a string is split: into characters (UTF-8), or into words at whitespace"},
+  {"src_vocab", "table", nil,
+   help = "the source vocabulary (a glimpse.data.Vocab or a token list); default: built"},
+  {"tgt_vocab", "table", nil,
+   help = "the target vocabulary (a glimpse.data.Vocab or a token list); default: built"},
+  {"shared_vocab", "boolean", false,
+   help = "one vocabulary for both sides (built from both, or the one given)"},
+  {"min_count", "int", 1, range = {1},
+   help = "a built vocabulary keeps the tokens seen at least this often"},
+  {"name", "string", "pairs", help = "the dataset's task name (ds.task, kept in a model's config)"},
+})
+M.FROM_PAIRS_OPTIONS = PAIRS_OPTIONS
+
+local FILE_OPTIONS = PAIRS_OPTIONS:extend("seq2seq.from_file", {
+  {"format", "string", nil, choices = {"tsv", "jsonl"},
+   help = "tsv or jsonl; default: from the extension (.tsv .txt, .jsonl .json), else the first line"},
+})
+M.FROM_FILE_OPTIONS = FILE_OPTIONS
+
+-- the tokens that would be read as padding or sequence marks
+local RESERVED = {["<pad>"] = true, ["<start>"] = true, ["<end>"] = true}
+
+-- one side of a pair -> token list, or nil and why
+local function tokenize(x, words)
+  if type(x) == "string" then
+    local t = {}
+    if words then
+      for w in x:gmatch("%S+") do t[#t + 1] = w end
+    else
+      local ok, bad = utf8.len(x)
+      if not ok then return nil, string.format("is not valid UTF-8 (byte %d)", bad) end
+      for c in x:gmatch(utf8.charpattern) do t[#t + 1] = c end
+    end
+    return t
+  end
+  if type(x) ~= "table" then return nil, "must be a string or a list of tokens, got " .. type(x) end
+  local t, keys = {}, 0
+  for _ in pairs(x) do keys = keys + 1 end
+  if keys ~= #x then return nil, "must be a list of tokens (a table with keys 1..n)" end
+  for i, w in ipairs(x) do
+    if type(w) ~= "string" or w == "" then
+      return nil, string.format("token %d must be a non-empty string, got %s", i, check.value(w))
+    end
+    t[i] = w
+  end
+  return t
+end
+
+-- a vocabulary given as an option: a Vocab, a token list, or a full list (specials first)
+local function vocab_option(v, what, fname, level)
+  if getmetatable(v) == Vocab.Vocab then return v end
+  local ok, r = pcall(v[1] == Vocab.SPECIALS[1] and Vocab.from_list or Vocab.new, v)
+  if not ok then
+    check.fail(level + 1, "%s: option '%s' must be a glimpse.data.Vocab or a list of tokens: %s",
+               fname, what, check.strip(r))
+  end
+  return r
+end
+
+-- The dataset from the pairs, checked: fname names the public function, where(i) the pair,
+-- level the frame of the public function's caller (1: build_pairs)
+local function build_pairs(list, o, fname, where, level)
+  local words = o.tokens == "words"
+  local src_tok, tgt_tok, src_text, tgt_text, align = {}, {}, {}, {}, {}
+  local with, without                       -- the first pairs with and without an alignment
+  local sep = words and " " or ""
+  for i, pr in ipairs(list) do
+    local function bad(fmt, ...)
+      check.fail(level + 1, "%s: %s: " .. fmt, fname, where(i), ...)
+    end
+    if type(pr) ~= "table" then bad("a pair must be a table {src, tgt} or {src=, tgt=}, got %s", type(pr)) end
+    local src, tgt, al = pr.src, pr.tgt, pr.align
+    if src == nil and tgt == nil then src, tgt, al = pr[1], pr[2], pr[3] end
+    local s, why = tokenize(src, words)
+    if not s then bad("the source %s", why) end
+    if #s == 0 then bad("the source is empty") end
+    local t, why2 = tokenize(tgt, words)
+    if not t then bad("the target %s", why2) end
+    for _, side in ipairs({{"source", s}, {"target", t}}) do
+      for _, w in ipairs(side[2]) do
+        if RESERVED[w] then
+          bad("the %s has the token '%s', a special of the vocabularies", side[1], w)
+        end
+      end
+    end
+    if al ~= nil then
+      if without then
+        bad("has an alignment but %s has none (give every pair an alignment, or none)",
+            where(without))
+      end
+      with = with or i
+      if type(al) ~= "table" then bad("the alignment must be a list of source positions, got %s", type(al)) end
+      if #al ~= #t then
+        bad("the alignment has %d entr%s for %d target token%s", #al, #al == 1 and "y" or "ies",
+            #t, #t == 1 and "" or "s")
+      end
+      local a = {}
+      for j = 1, #t do
+        local v = math.tointeger(al[j])
+        if not v or v < 0 or v > #s then
+          bad("alignment entry %d must be a source position in 0..%d (0: none), got %s", j, #s,
+              check.value(math.tointeger(al[j]) or al[j]))
+        end
+        a[j] = v
+      end
+      align[i] = a
+    else
+      if with then
+        bad("has no alignment but %s has one (give every pair an alignment, or none)",
+            where(with))
+      end
+      without = without or i
+    end
+    src_tok[i], tgt_tok[i] = s, t
+    src_text[i] = type(src) == "string" and src or table.concat(s, sep)
+    tgt_text[i] = type(tgt) == "string" and tgt or table.concat(t, sep)
+  end
+  local sv = o.src_vocab and vocab_option(o.src_vocab, "src_vocab", fname, level)
+  local tv = o.tgt_vocab and vocab_option(o.tgt_vocab, "tgt_vocab", fname, level)
+  if o.shared_vocab then
+    if sv and tv and sv ~= tv then
+      check.fail(level, "%s: shared_vocab takes one vocabulary; src_vocab and tgt_vocab " ..
+                 "were both given", fname)
+    end
+    local v = sv or tv
+    if not v then
+      local all = table.move(src_tok, 1, #src_tok, 1, {})
+      table.move(tgt_tok, 1, #tgt_tok, #all + 1, all)
+      v = Vocab.build(all, {min_count = o.min_count})
+    end
+    sv, tv = v, v
+  end
+  sv = sv or Vocab.build(src_tok, {min_count = o.min_count})
+  tv = tv or Vocab.build(tgt_tok, {min_count = o.min_count})
+  local ds = make_dataset(o.name, src_tok, tgt_tok, sv, tv,
+                          {align = with and align or nil, separator = sep,
+                           tokens = o.tokens})
+  ds.src_tokens, ds.tgt_tokens = ds.src, ds.tgt
+  ds.src, ds.tgt = src_text, tgt_text
+  return ds
+end
+
+--- seq2seq.from_pairs(pairs, {tokens="chars", src_vocab=, tgt_vocab=, shared_vocab=false,
+---   min_count=1, name="pairs"}) -> dataset: a dataset of one's own {src, tgt} pairs
+-- pairs[i] = {src, tgt} or {src, tgt, align} or {src=, tgt=, align=}: src and tgt strings
+-- (split into characters, or into words at whitespace with tokens = "words") or lists of
+-- tokens; align (optional, all pairs or none) lists for each target token the 1-based source
+-- position it comes from (0: none), and batches then carry align (B,T).  Vocabularies are
+-- built from the pairs (most frequent first; min_count drops rare tokens) unless given (a
+-- glimpse.data.Vocab or a token list; tokens outside it read as <unk>).  The dataset is the
+-- generators' class: ds.n, ds.src/ds.tgt (strings), ds.src_tokens/ds.tgt_tokens, ds.src_ids,
+-- ds.tgt_ids, ds.src_vocab, ds.tgt_vocab, ds.align, ds:collate, ds:split, ds:decode_tgt; it
+-- trains a models.Seq2Seq{dataset = ds} with the Trainer and evaluates with models.eval.
+function M.from_pairs(list, opts)
+  local fname = "seq2seq.from_pairs"
+  if type(list) ~= "table" then
+    check.fail(2, "%s: pairs must be a list of {src, tgt} pairs, got %s", fname, type(list))
+  end
+  if #list == 0 then check.fail(2, "%s: pairs is empty", fname) end
+  local o = PAIRS_OPTIONS:check(opts, 2)
+  local ds = build_pairs(list, o, fname, function(i) return "pair " .. i end, 3)
+  return ds
+end
+
+-- "a/b/data.tsv" -> "data"
+local function stem(path)
+  return (path:match("([^/]*)$"):gsub("%.[^%.]*$", ""))
+end
+
+-- one line of a TSV file -> pair (src, tgt[, align as integers])
+local function tsv_pair(line, fail)
+  local f = {}
+  for field in (line .. "\t"):gmatch("(.-)\t") do f[#f + 1] = field end
+  if #f < 2 or #f > 3 then
+    fail("expected src<TAB>tgt or src<TAB>tgt<TAB>alignment, got %d field%s", #f,
+         #f == 1 and "" or "s")
+  end
+  local pair = {src = f[1], tgt = f[2]}
+  if f[3] then
+    pair.align = {}
+    for w in f[3]:gmatch("%S+") do
+      local v = math.tointeger(tonumber(w))
+      if not v then fail("the alignment column must hold integers, got '%s'", w) end
+      pair.align[#pair.align + 1] = v
+    end
+  end
+  return pair
+end
+
+-- one line of a JSON-lines file -> pair
+local function jsonl_pair(line, fail)
+  local ok, v = pcall(util.json_decode, line)
+  if not ok then fail("not JSON: %s", (check.strip(v):gsub("^util%.json_decode: ", ""))) end
+  if type(v) ~= "table" or v[1] ~= nil then
+    fail("expected an object {\"src\": ..., \"tgt\": ..., \"align\": [...]}")
+  end
+  if v.src == nil or v.tgt == nil then fail("the object needs \"src\" and \"tgt\"") end
+  local al = v.align
+  if type(al) ~= "table" then al = nil end       -- absent or null: no alignment
+  return {src = v.src, tgt = v.tgt, align = al}
+end
+
+--- seq2seq.from_file(path, {format=, tokens="chars", src_vocab=, tgt_vocab=, shared_vocab=false,
+---   min_count=1, name=the file's stem}) -> dataset: seq2seq.from_pairs over a file's pairs
+-- format "tsv": one pair a line, src<TAB>tgt, and optionally <TAB> the alignment as
+-- whitespace-separated source positions; "jsonl": one object a line, {"src": ..., "tgt": ...,
+-- "align": [...]} (src and tgt strings or lists of tokens; other keys are ignored).  Blank
+-- lines are skipped; a bad line is an error naming the file and the line.
+function M.from_file(path, opts)
+  local fname = "seq2seq.from_file"
+  if type(path) ~= "string" then check.fail(2, "%s: path must be a string, got %s", fname, type(path)) end
+  local o = FILE_OPTIONS:check(opts, 2)
+  if opts == nil or opts.name == nil then o.name = stem(path) end
+  local ok, text = pcall(util.read_text, path)
+  if not ok then
+    check.fail(2, "%s: %s", fname, (check.strip(text):gsub("^util%.read_text: ", "")))
+  end
+  local fmt = o.format
+  if not fmt then
+    local ext = path:match("%.([%w]+)$")
+    ext = ext and ext:lower()
+    if ext == "tsv" or ext == "txt" or ext == "tab" then fmt = "tsv"
+    elseif ext == "jsonl" or ext == "json" or ext == "ndjson" then fmt = "jsonl"
+    else fmt = text:match("^%s*{") and "jsonl" or "tsv" end
+  end
+  local pairs_, lines, n = {}, {}, 0
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    n = n + 1
+    line = line:gsub("\r$", "")
+    if line:match("%S") then
+      local function fail(fmt_, ...)
+        check.fail(4, "%s: %s:%d: " .. fmt_, fname, path, n, ...)
+      end
+      pairs_[#pairs_ + 1] = (fmt == "tsv" and tsv_pair or jsonl_pair)(line, fail)
+      lines[#pairs_] = n
+    end
+  end
+  if #pairs_ == 0 then check.fail(2, "%s: %s holds no pairs", fname, path) end
+  o.format = nil
+  local ds = build_pairs(pairs_, o, fname,
+                        function(i) return string.format("%s:%d", path, lines[i]) end, 3)
+  return ds
 end
 
 --- tasks.make(name, opts) -> tasks[name](opts) for name in reversal, sorting, dates.

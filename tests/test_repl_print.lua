@@ -216,6 +216,70 @@ function T.test_the_manual_is_a_second_source()
   lu.assertStrContains(cap, "cap:caption(image")       -- the comments are still read
 end
 
+function T.test_question_mark_reads_the_datasets_folder()
+  for _, q in ipairs({"seq2seq.from_pairs", "data.seq2seq.from_pairs",
+                      "glimpse.data.seq2seq.from_pairs"}) do
+    local d = repl.doc(q)
+    lu.assertStrContains(d, "datasets/seq2seq_tasks.lua:")
+    lu.assertStrContains(d, "seq2seq.from_pairs(pairs, {tokens=\"chars\"")
+  end
+  lu.assertStrContains(repl.doc("seq2seq.from_file"), "format \"tsv\"")
+  lu.assertStrContains(repl.doc("tasks.dataset"), "tasks.dataset(task, src, tgt, src_vocab")
+  lu.assertStrContains(repl.doc("data.seq2seq.reversal"), "digit strings and their reversals")
+  -- compare_tasks.lua names itself glimpse.data.compare on its first line
+  lu.assertStrContains(repl.doc("data.compare.task"), "datasets/compare_tasks.lua:")
+  -- the comment once (found by value and by name), then the manual's section
+  local hits = repl.lookup("data.seq2seq.from_pairs")
+  lu.assertStrContains(hits[1].where, "datasets/seq2seq_tasks.lua:")
+  lu.assertEquals(#hits, 2)
+  lu.assertStrContains(hits[2].where, "docs/api/data.md:")
+end
+
+function T.test_question_mark_reads_an_installed_datasets_folder_once()
+  -- `make install` puts datasets/ inside the library's folder
+  local lib = tmpdir()
+  os.execute("mkdir -p " .. sh_quote(lib .. "/datasets"))
+  write_file(lib .. "/thing.lua", "--- thing.go(x) -> y: goes\nfunction M.go(x) end\n")
+  write_file(lib .. "/datasets/my_tasks.lua", table.concat({
+    "--- datasets/my_tasks.lua (glimpse.data.mine) -- tasks of mine", "local M = {}", "",
+    "--- tasks.make_one(n) -> a dataset of n examples", "function M.make_one(n) end", "",
+    "return M", ""}, "\n"))
+  write_file(lib .. "/datasets/plain.lua", "--- plain.build() -> built\nfunction M.build() end\n")
+  local saved_lib, saved_docs = help.library_dir, help.docs_dir
+  help.library_dir, help.docs_dir = lib, lib .. "/no-docs"
+  help.reset()
+  local one, two, three = repl.doc("mine.make_one"), repl.doc("data.mine.make_one"),
+                          repl.doc("plain.build")
+  local hits = repl.lookup("tasks.make_one")
+  local go = repl.doc("thing.go")
+  help.library_dir, help.docs_dir = saved_lib, saved_docs
+  help.reset()
+  lu.assertStrContains(one, "datasets/my_tasks.lua:4")
+  lu.assertStrContains(one, "a dataset of n examples")
+  lu.assertStrContains(two, "datasets/my_tasks.lua:4")
+  lu.assertStrContains(three, "datasets/plain.lua:1")     -- no (glimpse.data.X): the file's name
+  lu.assertEquals(#hits, 1)
+  lu.assertStrContains(go, "bindings/glimpse/thing.lua:1")
+end
+
+function T.test_question_mark_answers_the_c_core_from_the_manual_signatures()
+  local cases = {
+    softmax = "glimpse.softmax(x, dim=-1, mask)",
+    ["glimpse.softmax"] = "glimpse.softmax(x, dim=-1, mask)",
+    matmul = "glimpse.matmul(a, b, transpose_a=false, transpose_b=false)",
+    cross_entropy = "glimpse.cross_entropy(logits (...,C), targets (...)",
+    log_softmax = "glimpse.log_softmax(x, dim=-1)",
+    ["x:sum"] = "x:sum(dim, keepdim=false)",
+    argmax = "x:argmax(dim, keepdim=false)",
+    cat = "glimpse.cat(list, dim=1)",
+  }
+  for q, want in pairs(cases) do
+    local d = repl.doc(q)
+    lu.assertTrue(d:find("docs/api/tensor.md:", 1, true) ~= nil and d:find(want, 1, true) ~= nil,
+                  q .. ": " .. d)
+  end
+end
+
 -- a class carrying a glimpse.options spec, as the library's constructors do
 local function options_class(owner)
   local spec = glimpse.options.declare(owner, {

@@ -4,7 +4,8 @@
 -- (B,L) with 1 = a real position and 0 = padding; alpha (B,L); context ctx (B,Dv).
 --
 --   fused.lua        fused steps additive, dot, scaled_dot, attend; masked_softmax, sharpen
---   scores.lua       SCORES, precompute(score, p, keys), step(...), scores(...); conv score
+--   scores.lua       SCORES, precompute(score, p, keys), step(...), scores(...); conv score;
+--                    register_score (a score of one's own), gradcheck_score
 --   modes.lua        MODES, local_prior, predict_position (local-p), location_features, monotonic
 --   hard.lua         sample, region_argmax, gumbel_sample; baseline, reinforce_loss (Xu et al.)
 --   regularisers.lua doubly_stochastic, coverage, coverage_penalty

@@ -13,6 +13,11 @@
 --   cosine           W (Dk,Dq) or nil, and beta (a number) or Wb (1,Dq), bb (1):
 --                    e = beta cos(W q, k), beta = softplus(Wb q + bb) >= 0
 --   conv             F1 (H,R*Dk), b1 (H), Wq (H,Dq), F2 (1,R*H)
+--
+-- A score of one's own joins the registry through attention.register_score(name, spec)
+-- (parameters declared by shape, the score written with glimpse ops); from then on the name
+-- is in SCORES and works wherever a built-in score does (nn.Attention, the models, decoding,
+-- checkpoints, compare).  attention.gradcheck_score(name, sizes) checks its gradients.
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local args = require "glimpse.attention.args"
@@ -22,8 +27,12 @@ local named, as_tensor, check_tensor = args.named, args.as_tensor, args.check_te
 
 local M = {}
 
---- The score function names, in the order the library documents them.
+--- The score function names, in the order the library documents them, then the names
+--- registered with attention.register_score in the order they were registered.
 M.SCORES = {"dot", "scaled_dot", "general", "additive", "concat", "location", "cosine", "conv"}
+
+--- The built-in score names (SCORES before any registration); register_score refuses them.
+M.BUILTIN_SCORES = table.move(M.SCORES, 1, #M.SCORES, 1, {})
 
 -- ---------------------------------------------------------------------------------------
 -- convolutional attention (Allamanis et al. 2016), composed from core ops
@@ -186,6 +195,293 @@ SCORE.conv = {
   end,
 }
 
+-- ---------------------------------------------------------------------------------------
+-- scores of one's own: attention.register_score
+--
+-- A registered score is {params = fn(Dq, Dk, H) -> {name = shape or initial tensor},
+-- precompute = fn(keys, p) -> k (once per sequence), score = fn(q, k, p) -> e (B,L)}; its
+-- registry entry normalises e with the same fused context op as location/cosine/conv.
+
+local BUILTIN = {}
+for _, n in ipairs(M.BUILTIN_SCORES) do BUILTIN[n] = true end
+
+local OWN = {}                     -- name -> the checked spec of a registered score
+local SPEC_FIELDS = {"params", "precompute", "score", "help"}
+-- the sizes register_score tries a new score on: q (B,Dq), keys (B,L,Dk), hidden H
+local TRIAL = {batch = 2, length = 3, query = 4, key = 4, hidden = 4}
+
+local function identifier(s) return type(s) == "string" and s:match("^[%a_][%w_]*$") ~= nil end
+
+-- spec.params(Dq, Dk, H), checked: a list {name=, shape= | init=} sorted by name
+local function param_decls(name, spec, dq, dk, dh, fname, level)
+  if not spec.params then return {} end
+  local ok, t = pcall(spec.params, dq, dk, dh)
+  if not ok then
+    check.fail(level + 1, "%s: score '%s': params(%d, %d, %d) failed: %s", fname, name, dq, dk,
+               dh, tostring(t))
+  end
+  if type(t) ~= "table" then
+    check.fail(level + 1, "%s: score '%s': params(query, key, hidden) must return a table " ..
+               "{name = shape or tensor}, got %s", fname, name, type(t))
+  end
+  local out = {}
+  for k, v in pairs(t) do
+    if not identifier(k) then
+      check.fail(level + 1, "%s: score '%s': parameter names must be identifiers, got %s", fname,
+                 name, check.value(k))
+    end
+    if glimpse.is_tensor(v) then
+      out[#out + 1] = {name = k, init = v}
+    else
+      local good = type(v) == "table" and #v >= 1 and #v <= 8
+      for i = 1, good and #v or 0 do
+        good = good and math.type(v[i]) == "integer" and v[i] >= 1
+      end
+      if not good then
+        check.fail(level + 1, "%s: score '%s': parameter '%s' must be a shape (a list of 1 to 8 " ..
+                   "positive integers) or a tensor, got %s", fname, name, k, check.value(v))
+      end
+      out[#out + 1] = {name = k, shape = v}
+    end
+  end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  return out
+end
+
+local function own_spec(name, fname, level)
+  local spec = OWN[name]
+  if not spec then
+    local reg = {}
+    for n in pairs(OWN) do reg[#reg + 1] = n end
+    table.sort(reg)
+    check.fail(level + 1, "%s: '%s' is not a registered score (%s)", fname, tostring(name),
+               #reg > 0 and "registered: " .. table.concat(reg, ", ") or "none is registered")
+  end
+  return spec
+end
+
+--- attention.score_parameters(name, Dq, Dk, H) -> p {param = tensor}, names (sorted): fresh
+--- parameters (leaves requiring grad) of the registered score name for queries of width Dq,
+--- keys of width Dk and hidden width H
+-- A parameter declared by its shape starts uniform in +-1/sqrt(n), n its last size (the
+-- fan-in of a (out,in) weight, as nn.Linear), drawn from the global generator in the order
+-- of the names; one declared as a tensor starts as a copy of it.
+function M.score_parameters(name, dq, dk, dh)
+  local fname = "attention.score_parameters"
+  local spec = own_spec(name, fname, 2)
+  for i, d in ipairs({dq, dk, dh}) do
+    check.int(fname, ({"Dq", "Dk", "H"})[i], d, 1, nil, 2)
+  end
+  local p, names = {}, {}
+  for _, d in ipairs(param_decls(name, spec, dq, dk, dh, fname, 2)) do
+    local t
+    if d.init then
+      t = glimpse.no_grad(function() return d.init:detach():clone() end)
+    else
+      t = glimpse.empty(table.unpack(d.shape))
+      local b = 1 / math.sqrt(d.shape[#d.shape])
+      t:uniform_(-b, b)
+    end
+    p[d.name], names[#names + 1] = t:requires_grad(), d.name
+  end
+  return p, names
+end
+
+-- The errors of a registered score at work carry no position: the line inside the library
+-- says nothing to the user, the message names the score and the shapes.
+
+-- the rows of what precompute returned: a tensor, or a table of tensors, each with B rows
+local function check_cache_rows(name, k, B)
+  local ok = glimpse.is_tensor(k) and k:dim() >= 1 and k.shape[1] == B
+  if not ok and type(k) == "table" and not glimpse.is_tensor(k) then
+    ok = true
+    for _, v in pairs(k) do
+      ok = ok and glimpse.is_tensor(v) and v:dim() >= 1 and v.shape[1] == B
+    end
+  end
+  if not ok then
+    error(string.format("attention: score '%s': precompute must return a tensor (or a table " ..
+                        "of tensors) with one row per sequence on dim 1 (%d rows), got %s", name,
+                        B, glimpse.is_tensor(k) and check.shape(k) or type(k)), 0)
+  end
+end
+
+local function own_precompute(name, spec, p, keys)
+  if not spec.precompute then return {k = keys, L = keys.shape[2]} end
+  local ok, k = pcall(spec.precompute, keys, p)
+  if not ok then
+    error(string.format("attention: score '%s': precompute failed on keys %s: %s", name,
+                        check.shape(keys), tostring(k)), 0)
+  end
+  check_cache_rows(name, k, keys.shape[1])
+  return {k = k, L = keys.shape[2]}
+end
+
+-- e (B,L) = spec.score(q, k, p), its shape checked
+local function own_scores(name, spec, p, cache, q)
+  local ok, e = pcall(spec.score, q, cache.k, p)
+  local kshape = glimpse.is_tensor(cache.k) and check.shape(cache.k) or "a table"
+  if not ok then
+    error(string.format("attention: score '%s' failed on query %s and keys %s: %s", name,
+                        check.shape(q), kshape, tostring(e)), 0)
+  end
+  local B, L = q.shape[1], cache.L
+  if not glimpse.is_tensor(e) or e:dim() ~= 2 or e.shape[1] ~= B or e.shape[2] ~= L then
+    error(string.format("attention: score '%s' returned %s for query %s and keys %s; it must " ..
+                        "return scores (B,L) = [%d,%d]", name,
+                        glimpse.is_tensor(e) and check.shape(e) or "a " .. type(e),
+                        check.shape(q), kshape, B, L), 0)
+  end
+  return e
+end
+
+local function own_entry(name, spec)
+  return {
+    own = true,
+    precompute = function(p, keys) return own_precompute(name, spec, p, keys) end,
+    step = function(p, cache, q, values, mask, o)
+      return C.context(own_scores(name, spec, p, cache, q), values, mask, o.prior, o)
+    end,
+    scores = function(p, cache, q) return own_scores(name, spec, p, cache, q) end,
+  }
+end
+
+--- attention.register_score(name, spec) -> name: a score function of one's own
+-- spec = {
+--   score = function(q (B,Dq), k, p) -> e (B,L)   the raw scores, written with glimpse ops
+--                                                 (autograd differentiates them);
+--   params = function(Dq, Dk, H) -> {name = shape or tensor}   (optional) the parameters,
+--                                                 p[name] in score and precompute;
+--   precompute = function(keys (B,L,Dk), p) -> k   (optional) once per sequence (e.g. U k);
+--                                                 a tensor or table of tensors, B rows; k is
+--                                                 the keys themselves without it;
+--   help = "one line"                             (optional; attention.score_help(name)) }
+-- The name (an identifier, not a built-in score) joins attention.SCORES: nn.Attention{score=
+-- name}, Seq2Seq{score=name}, decoding, checkpoints and compare's mechanisms take it.  It is
+-- tried on q (2,4), keys (2,3,4), H 4 first (the global generator left as it was); a score
+-- that fails or returns anything but (B,L) is refused.  Registering a name again replaces it.
+function M.register_score(name, spec)
+  local fname = "attention.register_score"
+  if not identifier(name) then
+    check.fail(2, "%s: name must be an identifier string (letters, digits, _), got %s", fname,
+               check.value(name))
+  end
+  if BUILTIN[name] then
+    check.fail(2, "%s: '%s' is a built-in score (built-in: %s); choose another name", fname,
+               name, table.concat(M.BUILTIN_SCORES, ", "))
+  end
+  if type(spec) ~= "table" then
+    check.fail(2, "%s: spec must be a table {score=, params=, precompute=, help=}, got %s",
+               fname, type(spec))
+  end
+  for k in pairs(spec) do
+    local known = false
+    for _, f in ipairs(SPEC_FIELDS) do known = known or f == k end
+    if not known then
+      check.fail(2, "%s: score '%s': unknown spec field %s%s (fields: %s)", fname, name,
+                 check.value(k), type(k) == "string" and check.did_you_mean(k, SPEC_FIELDS) or "",
+                 table.concat(SPEC_FIELDS, ", "))
+    end
+  end
+  if type(spec.score) ~= "function" then
+    check.fail(2, "%s: score '%s': spec.score must be a function (q, k, p) -> scores (B,L), " ..
+               "got %s", fname, name, type(spec.score))
+  end
+  for _, f in ipairs({"params", "precompute"}) do
+    if spec[f] ~= nil and type(spec[f]) ~= "function" then
+      check.fail(2, "%s: score '%s': spec.%s must be a function or nil, got %s", fname, name, f,
+                 type(spec[f]))
+    end
+  end
+  if spec.help ~= nil and type(spec.help) ~= "string" then
+    check.fail(2, "%s: score '%s': spec.help must be a string, got %s", fname, name,
+               type(spec.help))
+  end
+  local s = {score = spec.score, params = spec.params, precompute = spec.precompute,
+             help = spec.help}
+  -- the trial, on tensors of its own: the global generator is left where it was
+  local previous = OWN[name]
+  OWN[name] = s
+  local r1, r2 = glimpse.rng_state()
+  glimpse.manual_seed(1)
+  local ok, err = pcall(glimpse.no_grad, function()
+    local p = M.score_parameters(name, TRIAL.query, TRIAL.key, TRIAL.hidden)
+    local keys = glimpse.randn(TRIAL.batch, TRIAL.length, TRIAL.key)
+    own_scores(name, s, p, own_precompute(name, s, p, keys), glimpse.randn(TRIAL.batch, TRIAL.query))
+  end)
+  glimpse.set_rng_state(r1, r2)
+  if not ok then
+    OWN[name] = previous
+    local why = check.strip(err):gsub("^attention[%w_%.]*: score '[^']*':? ?", "")
+    check.fail(2, "%s: score '%s' refused (tried on a query [%d,%d], keys [%d,%d,%d] and " ..
+               "hidden %d): %s", fname, name, TRIAL.batch, TRIAL.query, TRIAL.batch,
+               TRIAL.length, TRIAL.key, TRIAL.hidden, why)
+  end
+  SCORE[name] = own_entry(name, s)
+  if not previous then M.SCORES[#M.SCORES + 1] = name end
+  return name
+end
+
+--- attention.has_score(name) -> true when name is a built-in or a registered score
+function M.has_score(name)
+  return SCORE[name] ~= nil
+end
+
+--- attention.is_registered_score(name) -> true when name was added by register_score
+function M.is_registered_score(name)
+  return OWN[name] ~= nil
+end
+
+--- attention.score_help(name) -> the help line a registered score was given, or nil
+function M.score_help(name)
+  return OWN[name] and OWN[name].help
+end
+
+--- attention.gradcheck_score(name, {query=4, key=query, hidden=key, batch=2, length=3,
+---   seed=1, eps=, atol=, rtol=}) -> true: a registered score's gradients by finite differences
+-- Fresh parameters and random q (B,Dq), keys (B,L,Dk) made from seed (the global generator is
+-- left as it was); the gradients of precompute + score with respect to the query, the keys
+-- and every parameter are compared with central differences (glimpse.gradcheck's defaults).
+-- A mismatch is an error naming the score, the input or parameter and the element.
+function M.gradcheck_score(name, opts)
+  local fname = "attention.gradcheck_score"
+  local spec = own_spec(name, fname, 2)
+  if opts ~= nil and type(opts) ~= "table" then
+    check.fail(2, "%s: opts must be a table or nil, got %s", fname, type(opts))
+  end
+  opts = opts or {}
+  local dq = check.int(fname, "query", opts.query or 4, 1, nil, 2)
+  local dk = check.int(fname, "key", opts.key or dq, 1, nil, 2)
+  local dh = check.int(fname, "hidden", opts.hidden or dk, 1, nil, 2)
+  local B = check.int(fname, "batch", opts.batch or 2, 1, nil, 2)
+  local L = check.int(fname, "length", opts.length or 3, 1, nil, 2)
+  local seed = check.int(fname, "seed", opts.seed or 1, 0, nil, 2)
+  local r1, r2 = glimpse.rng_state()
+  glimpse.manual_seed(seed)
+  local ok, p, names = pcall(M.score_parameters, name, dq, dk, dh)
+  local q = glimpse.randn(B, dq):requires_grad()
+  local keys = glimpse.randn(B, L, dk):requires_grad()
+  glimpse.set_rng_state(r1, r2)
+  if not ok then check.fail(2, "%s: %s", fname, check.strip(p)) end
+  local inputs, what = {q, keys}, {"the query", "the keys"}
+  for _, n in ipairs(names) do
+    inputs[#inputs + 1], what[#what + 1] = p[n], "parameter '" .. n .. "'"
+  end
+  local function f(qq, kk, ...)
+    local pp = {}
+    for i, n in ipairs(names) do pp[n] = select(i, ...) end
+    return own_scores(name, spec, pp, own_precompute(name, spec, pp, kk), qq)
+  end
+  local gc = require("glimpse.autograd").gradcheck
+  local good, err = pcall(gc, f, inputs, {eps = opts.eps, atol = opts.atol, rtol = opts.rtol})
+  if not good then
+    local msg = check.strip(err):gsub("^gradcheck: ", "")
+    msg = msg:gsub("^input (%d+)", function(k) return what[tonumber(k)] or "input " .. k end)
+    check.fail(2, "%s: score '%s': %s", fname, name, msg)
+  end
+  return true
+end
+
 local function score_def(name, level)
   local d = SCORE[name]
   if not d then
@@ -228,7 +524,7 @@ end
 --- attention.scores(score, p, cache, q) -> alpha-free raw scores e (B,L), composed from core
 -- ops (a slow reference for tests and for looking at scores before normalisation).
 function M.scores(score, p, cache, q)
-  score_def(score, 2)
+  local def = score_def(score, 2)
   if type(p) ~= "table" then
     error("attention.scores: p must be a table of parameters, got " .. type(p), 2)
   end
@@ -236,7 +532,13 @@ function M.scores(score, p, cache, q)
     error("attention.scores: cache must be the table precompute returned, got " .. type(cache), 2)
   end
   check_tensor(q, "q", 2, 2, "attention.scores")
-  if score == "dot" or score == "general" or score == "scaled_dot" then
+  if def.own then
+    if cache.k == nil or math.type(cache.L) ~= "integer" then
+      check.fail(2, "attention.scores: cache must be the table precompute returned for '%s'",
+                 score)
+    end
+    return def.scores(p, cache, q)
+  elseif score == "dot" or score == "general" or score == "scaled_dot" then
     local ck = scores_field(cache, "k", "cache")
     local B, L, D = ck.shape[1], ck.shape[2], ck.shape[3]
     local e = ck:matmul(q:reshape(B, D, 1)):reshape(B, L)

@@ -1,10 +1,14 @@
 --- glimpse.cli.help -- `?name` at the REPL: the documentation of a function, class or module.
 --
 -- Three sources, the first two read on first use and kept:
---   1. the `---` doc comments of the Lua library (every file under the folder above cli/): a
---      block starts at a `---` line; its first line names what it documents
+--   1. the `---` doc comments of the Lua library (every file under the folder above cli/)
+--      and of datasets/ (the source tree's, or the copy `make install` puts beside the
+--      library): a block starts at a `---` line; its first line names what it documents
 --      ("nn.LSTM(din, hidden, ...)", "cap:caption(image, opts)"), and so does the
---      `function X:y` line under it;
+--      `function X:y` line under it.  A dataset file's module functions are also named as
+--      glimpse.data reaches them ("seq2seq.from_pairs", "data.seq2seq.from_pairs"): the
+--      file's first line gives its registry name in parentheses ("(glimpse.data.seq2seq)"),
+--      else the file's name is it;
 --   2. the manual, docs/api/*.md (the source tree's, or the copy `make install` puts in
 --      $(PREFIX)/share/glimpse/docs): a section whose heading names the function, or a
 --      paragraph whose first line starts with it;
@@ -64,8 +68,10 @@ local function strip_comment(line)
   return (line:gsub("^%s*%-%-%-? ?", ""))
 end
 
--- the blocks of one file: {names = {...}, text =, file =, line =}
-local function parse_lua(path, rel)
+-- the blocks of one file: {names = {...}, text =, file =, where =, line =, def_line =}; file
+-- is the path the file is matched against a function's source by, where the one shown.
+-- registry: a dataset file's name under glimpse.data (its module functions get it as aliases)
+local function parse_lua(path, rel, where, registry)
   local lines = read_lines(path)
   local blocks = {}
   local i = 1
@@ -90,9 +96,15 @@ local function parse_lua(path, rel)
                     def:match("^%s*([%w_%.]+)%s*=%s*function") or
                     def:match("^%s*local%s+([%w_]+)%s*=%s*[%w_%.]+:extend%(")
       if fname then names[#names + 1] = normalise(fname:gsub("^M[%.:]", "")) end
+      local mfn = registry and (def:match("^%s*function%s+M%.([%w_]+)%s*%(") or
+                                def:match("^%s*M%.([%w_]+)%s*="))
+      if mfn then
+        names[#names + 1] = registry .. "." .. mfn
+        names[#names + 1] = "data." .. registry .. "." .. mfn
+      end
       if #names > 0 then
         blocks[#blocks + 1] = {names = names, text = table.concat(text, "\n"), file = rel,
-                               line = first, def_line = i}
+                               where = where, line = first, def_line = i}
       end
     else
       i = i + 1
@@ -171,13 +183,42 @@ local function docs_dir(lib)
   return nil
 end
 
+-- the datasets/ folder: the source tree's (bindings/glimpse -> datasets) or the installed
+-- copy ($(PREFIX)/share/lua/5.4/glimpse/datasets)
+local function datasets_dir(lib)
+  local root = lib:match("^(.*)/bindings/glimpse$") or lib:match("^(.*)/bindings/glimpse/")
+  for _, d in ipairs({root and root .. "/datasets" or false, lib .. "/datasets"}) do
+    if d and #list_files(d, "*.lua") > 0 then return d end
+  end
+  return nil
+end
+
+-- a dataset file's name under glimpse.data: "(glimpse.data.NAME)" on its first line, else
+-- the file's own name
+local function registry_name(path)
+  local first = read_lines(path)[1] or ""
+  return first:match("%(glimpse%.data%.([%w_]+)%)") or path:match("([^/]+)%.lua$")
+end
+
 local function build()
   if index then return index end
   local lib = M.library_dir or here()
+  local data = M.datasets_dir or datasets_dir(lib)
   index = {blocks = {}, sections = {}}
+  local function add_blocks(blocks)
+    for _, b in ipairs(blocks) do index.blocks[#index.blocks + 1] = b end
+  end
   for _, f in ipairs(list_files(lib, "*.lua")) do
     local rel = f:sub(#lib + 2)
-    for _, b in ipairs(parse_lua(f, rel)) do index.blocks[#index.blocks + 1] = b end
+    if not (data and f:sub(1, #data + 1) == data .. "/") then   -- an installed datasets/: below
+      add_blocks(parse_lua(f, rel, "bindings/glimpse/" .. rel))
+    end
+  end
+  if data then
+    for _, f in ipairs(list_files(data, "*.lua")) do
+      local rel = "datasets/" .. f:sub(#data + 2)
+      add_blocks(parse_lua(f, rel, rel, registry_name(f)))
+    end
   end
   local docs = M.docs_dir or docs_dir(lib)
   if docs then
@@ -235,14 +276,14 @@ function M.lookup(name)
     local info = debug.getinfo(v, "S")
     for _, b in ipairs(idx.blocks) do
       if info.source:sub(-#b.file - 1) == "/" .. b.file and b.def_line == info.linedefined then
-        add(b.names[1], "bindings/glimpse/" .. b.file, b.line, b.text)
+        add(b.names[1], b.where, b.line, b.text)
       end
     end
   end
   -- 2: a comment naming it exactly; 3: the manual
   for _, b in ipairs(idx.blocks) do
     for _, n in ipairs(b.names) do
-      if n == q then add(n, "bindings/glimpse/" .. b.file, b.line, b.text) break end
+      if n == q then add(n, b.where, b.line, b.text) break end
     end
   end
   local shown = {}   -- manual sections printed: a paragraph inside one is not repeated
@@ -257,13 +298,17 @@ function M.lookup(name)
       shown[#shown + 1] = s
     end
   end
-  -- 4: nothing exact: the same last name anywhere ("LSTM" finds nn.LSTM)
+  -- 4: nothing exact: the same last name anywhere ("LSTM" finds nn.LSTM; "sum" the manual's
+  -- "x:sum(dim, keepdim)")
   if #hits == 0 then
     local want = last_part(q)
     for _, b in ipairs(idx.blocks) do
       for _, n in ipairs(b.names) do
-        if last_part(n) == want then add(n, "bindings/glimpse/" .. b.file, b.line, b.text) break end
+        if last_part(n) == want then add(n, b.where, b.line, b.text) break end
       end
+    end
+    for _, s in ipairs(idx.sections) do
+      if s.lead and last_part(s.lead) == want then add(s.lead, s.file, s.line, s.text) end
     end
   end
   if #hits > 0 then return hits, {} end

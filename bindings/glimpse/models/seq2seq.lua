@@ -73,7 +73,8 @@ M.Seq2Seq = Seq2Seq
 -- dataset: a datasets/seq2seq_tasks.lua dataset (its src_vocab, tgt_vocab and task are
 -- used).  hidden: the decoder's size; a bidirectional encoder has hidden/2 per direction.
 -- rnn: "lstm" | "gru" (encoder and decoder).  score/mode: any of glimpse.attention.SCORES /
--- MODES.  max_src: the most source positions (the location score's output size).
+-- MODES (a score registered with attention.register_score too).  max_src: the most source
+-- positions (the location score's output size).
 -- attention=false: no attention, the encoder's last states are the context of every step
 -- (Bahdanau et al.'s RNNenc baseline).  supervise > 0: add supervise * the mean -log alpha
 -- of the true source position (supervised attention) on batches with `align` (B,T)
@@ -319,6 +320,17 @@ function Seq2Seq:translate(b, opts)
   local s = {}
   for i, ids in ipairs(outs) do s[i] = table.concat(self.tgt_vocab:decode(ids)) end
   return s
+end
+
+-- a checkpoint whose score was registered (attention.register_score) needs the same
+-- registration in the loading process: say so before the options refuse the name
+function Seq2Seq.from_checkpoint(o)
+  if o.attention ~= false and type(o.score) == "string" and not att.has_score(o.score) then
+    C.fail(3, "%s.load: the model uses the score '%s', which is not registered in this " ..
+              "process: call glimpse.attention.register_score(\"%s\", spec) with the spec it " ..
+              "was trained with before loading", CLS, o.score, o.score)
+  end
+  return o
 end
 
 -- hard attention's moving-average baseline is kept in the checkpoint, so training can go on

@@ -28,6 +28,26 @@ end
 local M = {}
 
 -- ---------------------------------------------------------------------------------------
+-- the parameters of a score registered with attention.register_score: a child module, so
+-- they sit in state_dict as attention.scorer.<name>
+
+local Score = Module:extend("Score")
+
+function Score:init(name, p, names)
+  rawset(self, "score_name", name)
+  rawset(self, "names", names)
+  for _, n in ipairs(names) do self:register_parameter(n, p[n]) end
+end
+
+function Score:extra_repr()
+  local parts = {}
+  for _, n in ipairs(self.names) do
+    parts[#parts + 1] = n .. " " .. check.shape(self[n])
+  end
+  return self.score_name .. (#parts > 0 and ": " .. table.concat(parts, ", ") or "")
+end
+
+-- ---------------------------------------------------------------------------------------
 -- nn.Attention
 
 local Attention = Module:extend("Attention")
@@ -66,7 +86,7 @@ Attention.options = options.declare("nn.Attention", {
 })
 
 --- nn.Attention{score=, query=Dq, key=Dk, hidden=H, mode="soft", ...} -> module
--- score: one of attention.SCORES; mode: "soft" (global), "hard" (sampled, REINFORCE or
+-- score: one of attention.SCORES (a name given to attention.register_score too); mode: "soft" (global), "hard" (sampled, REINFORCE or
 -- Gumbel), "local-m", "local-p" (Gaussian window of half-width `window`), "location"
 -- (location-aware, Chorowski et al.; additive/concat only), "monotonic" (Raffel et al. 2017:
 -- the expected alignment with noisy energies in training, hard monotonic choices in
@@ -134,6 +154,12 @@ function Attention:init(opts)
       self.beta_proj = linear(dq, 1, true)            -- beta = softplus(w^T q + b)
       glimpse.no_grad(function() self.beta_proj.bias:fill_(5) end)
     end
+  elseif att.is_registered_score(s) then              -- a score of one's own
+    local ok, p, names = pcall(att.score_parameters, s, dq, dk, dh)
+    if not ok then
+      check.fail(3, "%s: %s", cls, (check.strip(p):gsub("^attention%.score_parameters: ", "")))
+    end
+    self.scorer = Score(s, p, names)
   end
   if self.mode == "monotonic" then
     -- p = sigmoid(e + r + noise): r < 0 starts with small stopping probabilities (Raffel
@@ -170,6 +196,10 @@ function Attention:score_params()
     return {W = self.query_proj and self.query_proj.weight, beta = self.beta,
             Wb = self.beta_proj and self.beta_proj.weight,
             bb = self.beta_proj and self.beta_proj.bias}
+  elseif self.scorer then
+    local p = {}
+    for _, n in ipairs(self.scorer.names) do p[n] = self.scorer[n] end
+    return p
   end
   return {}
 end
