@@ -96,7 +96,7 @@ local cfg = {vocab = src.vocab, image = src.image_spec, attention = args.attenti
   global_feature = not args.no_global_feature, global_output = args.global_output, whole_image = args.whole_image,
   length_penalty = args.length_penalty}
 for k, v in pairs(args.attention == "hard" and RECIPES[args.recipe] or {}) do cfg[k] = args[k] == nil and v or args[k] end
-local cap = args.load and Captioner.load(args.load, {vocab = src.vocab}) or Captioner(cfg)
+local cap = args.load and run:check_load(Captioner.load(args.load, {vocab = src.vocab}), cfg, {attention = "attention", score = "score", dim_hidden = "hidden", dim_embed = "embed", dim_att = "att"}) or Captioner(cfg)
 if args.init then cap:load_weights(args.init) end
 if args.load and args.hard_eval then cap:set_hard_eval(args.hard_eval) end  -- another test rule
 if args.length_penalty then cap.config.length_penalty = args.length_penalty end

@@ -56,7 +56,7 @@ args.out = args.out or ("out/ntm_copy-" .. args.model)
 local cfg = {model = args.model, bits = args.bits, memory = args.memory, width = args.width,
              hidden = args.hidden, layers = args.layers}
 local run = experiment.start(args, {name = "ntm_copy", config = cfg})
-local model = args.load and glimpse.models.NTM.load(args.load) or glimpse.models.NTM(cfg)
+local model = args.load and run:check_load(glimpse.models.NTM.load(args.load), cfg) or glimpse.models.NTM(cfg)
 run:count_params(model)
 run:print(string.format("ntm_copy: %s lr %g, clip +-%g, train lengths %d-%d, tests at %s",
                         args.adam and "Adam" or "RMSProp (momentum 0.9)", args.lr, args.clip,
