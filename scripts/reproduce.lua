@@ -33,21 +33,22 @@ if args.tiny and args.quick then parser:error("--tiny and --quick: choose one") 
 
 local ok, tables = pcall(reproduce.select, args.tables)
 if not ok then parser:error(require("glimpse.check").strip(tables)) end
-if args.list then
-  for _, t in ipairs(tables) do
-    local ids = {}
-    for _, r in ipairs(t.runs) do ids[#ids + 1] = r.id .. " (" .. r.script .. ")" end
-    print(string.format("%-16s %s: %s", t.name, t.title, table.concat(ids, ", ")))
-  end
-  return
-end
-
 -- each mode its own folders: full in out/reproduce, results/ and docs/results.md; quick and
 -- tiny in out/reproduce-quick and out/reproduce-tiny (their records and page inside)
 local mode = args.tiny and "tiny" or args.quick and "quick" or "full"
 if mode ~= "full" and args.out == "out/reproduce" then args.out = "out/reproduce-" .. mode end
 args.results = args.results or (mode == "full" and "results" or args.out .. "/results")
 args.doc = args.doc or (mode == "full" and "docs/results.md" or args.out .. "/results.md")
+if args.list then
+  for _, t in ipairs(tables) do
+    local ids = {}
+    for _, r in ipairs(t.runs) do ids[#ids + 1] = r.id .. " (" .. r.script .. ")" end
+    print(string.format("%-16s %s: %s", t.name, t.title, table.concat(ids, ", ")))
+  end
+  print(string.format("mode %s: checkpoints in %s, records in %s, page %s", mode, args.out,
+                      args.results, args.doc))
+  return
+end
 local exe = args.exe or arg[-1] or "build/glimpse"
 local timer = require("glimpse.util").Timer()
 local done, records = pcall(reproduce.run, {mode = mode, out = args.out, results = args.results,
