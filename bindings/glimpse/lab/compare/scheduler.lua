@@ -112,7 +112,9 @@ end
 -- that kills the group when this process dies without saying "done" (kill -9: its end of
 -- the watchdog's stdin closes)
 local function watchdog(pgid)
-  local script = string.format('read line; [ "$line" = done ] || kill -KILL -%d 2>/dev/null', pgid)
+  -- it ignores the signals a user sends a whole session: only compare's end ends it
+  local script = string.format('trap "" INT HUP TERM QUIT; read line; [ "$line" = done ] || ' ..
+                               'kill -KILL -%d 2>/dev/null', pgid)
   return io.popen("setsid sh -c " .. util.shell_quote(script), "w")
 end
 
