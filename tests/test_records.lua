@@ -234,6 +234,14 @@ function T.test_compare_a_malformed_record_is_named_and_runs_again()
     lu.assertEquals(#recs + #failures, 0)
     lu.assertEquals(missing, {configs[1].id})
   end
+  -- a NaN written as null in an optional field: dropped, the record stays finished
+  util.write_json(path, good)
+  local text, n = util.read_text(path):gsub('"attention_entropy":[^,}]+', '"attention_entropy":null')
+  lu.assertEquals(n, 1)
+  util.write_text(path, text)
+  local state, r = compare.inspect(out, configs[1])
+  lu.assertEquals(state, "finished")
+  lu.assertNil(r.attention_entropy)
   util.write_text(path, "{not json")
   local said = {}
   local _, recs = compare.run{configs = configs, out = out, jobs = 1,

@@ -165,7 +165,8 @@ end
 function G.grid(user)
   if type(user) ~= "table" then check.fail(2, "compare.grid: expected an options table") end
   local o = G.GRID:check(user, 2)
-  local s = o.settings and G.settings(o.settings) or G.settings({})
+  -- settings read back from JSON (800.0 for 800) are the same settings
+  local s = o.settings and G.settings(plain(o.settings)) or G.settings({})
   local names = {}
   if o.mechanisms then
     names = list_of(o.mechanisms)

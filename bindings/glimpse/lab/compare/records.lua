@@ -9,14 +9,10 @@ local grid = require "glimpse.lab.compare.grid"
 
 local R = {}
 
-local null = nil
-local function is_null(v)
-  if null == nil then
-    local ok, cj = pcall(require, "cjson")
-    null = ok and cj.null or false
-  end
-  return null and v == null
-end
+local has_cjson, cjson = pcall(require, "cjson")
+local NULL = has_cjson and cjson.null or nil       -- JSON null as lua-cjson reads it
+
+local function is_null(v) return NULL ~= nil and v == NULL end
 
 local function num(v) return type(v) == "number" and v == v end
 

@@ -51,8 +51,8 @@ function W.pending(configs, dir)
   return out, notes
 end
 
--- whether err is the Ctrl-C of the glimpse executable ("interrupted!", with or without a
--- traceback) or a read that a signal cut short
+--- compare.is_interrupt(err) -> whether err is the Ctrl-C of the glimpse executable
+--- ("interrupted!", with or without a traceback) or a read that a signal cut short
 local function is_interrupt(err)
   local first = tostring(err):match("^[^\n]*")
   return first:match("interrupted!$") ~= nil or first:find("Interrupted system call", 1, true) ~= nil
