@@ -342,8 +342,8 @@ function M.run(user)
     local m = rec and mode_of(rec)
     if m and m ~= o.mode then
       fail(2, "reproduce: %s holds %s runs; %s runs keep their records in a folder of their " ..
-           "own (--results; the script's default for --%s is out/reproduce-%s/results)", path,
-           m, o.mode, o.mode, o.mode)
+           "own (--results; scripts/reproduce.lua's default: %s)", path, m, o.mode,
+           o.mode == "full" and "results" or ("out/reproduce-" .. o.mode .. "/results"))
     end
   end
   claim_out(o.out, o.mode)
