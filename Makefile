@@ -133,8 +133,9 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_BUILD)/l
 demo: all
 	$(BUILD)/glimpse scripts/demo.lua
 
-# the papers' tables: results/<table>.json and docs/results.md (hours; QUICK=1: minutes; TINY=1:
-# seconds, into out/reproduce-tiny).  A killed run resumes: finished runs are kept.
+# the papers' tables: results/<table>.json and docs/results.md (hours; QUICK=1: minutes, into
+# out/reproduce-quick; TINY=1: seconds, into out/reproduce-tiny: each mode its own checkpoints
+# and records).  A killed run resumes: finished runs are kept.
 .PHONY: reproduce
 reproduce: all
 	$(BUILD)/glimpse scripts/reproduce.lua $(if $(QUICK),--quick) $(if $(TINY),--tiny) $(REPRODUCE_ARGS)

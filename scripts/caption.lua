@@ -46,8 +46,8 @@ local o = captioner.OPTIONS:from_args(args, MODEL)
 o.vocab, o.image = src.vocab, src.image_spec
 o.encoder, o.fine_tune = ce.encoder(ce.ENCODER_OPTIONS:from_args(args), src.image_spec.channels)
 if o.attention == "hard" then captioner.with_recipe(o, args.recipe) end
-local cap = args.load and captioner.load(args.load, {vocab = src.vocab, hard_eval = args.hard_eval,
-  length_penalty = args.length_penalty}) or captioner.Captioner(o)
+local cap = args.load and run:check_load(captioner.load(args.load, {vocab = src.vocab,  -- flags set
+  hard_eval = args.hard_eval, length_penalty = args.length_penalty}), o) or captioner.Captioner(o)
 if args.init then cap:load_weights(args.init) end
 run.config = cap.config
 run:print(string.format("  %s: %d train / %d valid / %d test, vocab %d (data %.1fs)", name,

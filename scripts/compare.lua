@@ -5,7 +5,11 @@
 -- same command gives the same table on any machine.  Writes DIR/results.json, results.md and
 -- index.html (tables, accuracy-against-length and learning-curve charts, a grid of alignment
 -- heatmaps of one test example under every mechanism).  Re-running resumes: finished
--- configurations are kept in DIR/runs/ and skipped.
+-- configurations are kept in DIR/runs/ and skipped.  One compare at a time writes DIR (a
+-- lock); Ctrl-C stops the workers, records their runs as interrupted and writes what
+-- finished.  Exit status: 0 when every configuration finished, 1 when any failed, 130 after
+-- a Ctrl-C.  --seed S: seeds S..S+N-1 (--seeds N); --threads: each worker's threads;
+-- --time-limit: each configuration's time guard (a run it stops counts as failed).
 --
 --   glimpse scripts/compare.lua --quick --out out/compare-quick       (about 2-3 minutes)
 --   glimpse scripts/compare.lua --out out/compare                      (the default grid)
@@ -49,16 +53,27 @@ parser:flag("--report-only", "run nothing: write the outputs from the configurat
 local args = experiment.parse(parser)
 if args.steps < 1 then parser:error("--steps must be at least 1") end
 
+-- everything is checked before anything is written: a bad list or an empty grid is refused
 local given = compare.settings_options:from_args(args, SETTINGS)
 given.steps, given.eval_every = args.steps, args.eval_every
 given.test_lengths = experiment.int_list(parser, "--test-lengths", args.test_lengths, 1)
-local settings = compare.settings(given)
+if #given.test_lengths == 0 then parser:error("--test-lengths must list at least one length") end
+local ok, settings = pcall(compare.settings, given)
+if not ok then parser:error(glimpse.check.strip(settings)) end
 
 local o = compare.grid_options:from_args(args, GRID)
 if not o.mechanisms and not o.scores then o.mechanisms = compare.MECHANISMS end
 o.settings = settings
-local ok, configs, skipped = pcall(compare.grid, o)
+o.seeds = {}                                  -- --seeds N from --seed: seed .. seed + N - 1
+for i = 1, args.seeds do o.seeds[i] = args.seed + i - 1 end
+local configs, skipped
+ok, configs, skipped = pcall(compare.grid, o)
 if not ok then parser:error(glimpse.check.strip(configs)) end
+if #configs == 0 then
+  local why = {}
+  for _, s in ipairs(skipped) do why[#why + 1] = s.mechanism .. ": " .. s.reason end
+  parser:error("no configuration to run: every mechanism was skipped (" .. table.concat(why, "; ") .. ")")
+end
 -- under mpirun each rank runs its share of the grid on one worker; rank 0 writes and prints
 local rank, ranks = glimpse.dist.init()
 for _, s in ipairs(skipped) do
@@ -66,19 +81,28 @@ for _, s in ipairs(skipped) do
 end
 local jobs = args.jobs or compare.cores()
 if ranks > 1 then jobs = 1 end
+-- --threads N: N threads in each worker (0: one); the numbers do not depend on it
+local threads = args.threads > 0 and args.threads or 1
 
 util.mkdir_p(args.out)
 local run = experiment.start(args, {name = "compare", config = settings, quiet = true})
 if rank == 0 then
-  print(string.format("compare: %d configurations (tasks %s, %d seeds), %d steps each, %s, " ..
-                      "out %s", #configs, args.tasks, args.seeds, args.steps,
-                      ranks > 1 and ranks .. " ranks" or jobs .. " jobs", args.out))
+  print(string.format("compare: %d configurations (tasks %s, seeds %d..%d), %d steps each, %s, " ..
+                      "%d thread%s each, out %s", #configs, args.tasks, args.seed,
+                      args.seed + args.seeds - 1, args.steps,
+                      ranks > 1 and ranks .. " ranks" or jobs .. " jobs", threads,
+                      threads == 1 and "" or "s", args.out))
 end
-local rows, records, failures, missing = compare.run{configs = configs, out = args.out, jobs = jobs,
-                                            skipped = skipped, command = util.command_line(),
-                                            run = not args.report_only}
+local done, rows, records, failures, missing, interrupted = pcall(compare.run, {
+  configs = configs, out = args.out, jobs = jobs, threads = threads,
+  time_limit = args.time_limit, skipped = skipped, command = util.command_line(),
+  run = not args.report_only})
+if not done then                               -- the folder is locked, a record is not ours...
+  io.stderr:write(glimpse.check.strip(rows):match("^[^\n]*"), "\n")
+  os.exit(glimpse.compare.is_interrupt(rows) and 130 or 1)
+end
 if not rows then return end                    -- another MPI rank: rank 0 writes
-run:write_run_json({configurations = #configs, failed = #failures})
+run:write_run_json({configurations = #configs, failed = #failures, interrupted = interrupted})
 
 -- the table's extremes on the long lengths: how far apart the mechanisms are
 for _, task in ipairs(glimpse.data.compare.TASKS) do
@@ -101,3 +125,11 @@ for _, f in ipairs(failures) do
 end
 print(string.format("compare: %d results, %d failed, %d not run; wrote %s/results.json, " ..
                     "results.md, index.html", #records, #failures, #missing, args.out))
+-- the exit status says whether the table is whole: 130 after a Ctrl-C, 1 when a
+-- configuration failed (or, in a run, ended without a record)
+if interrupted then
+  print(string.format("compare: interrupted: %d configurations not finished; the same command " ..
+                      "resumes", #missing))
+  os.exit(130)
+end
+if #failures > 0 or (not args.report_only and #missing > 0) then os.exit(1) end

@@ -55,7 +55,7 @@ args.out = args.out or ("out/ntm_copy-" .. args.model)
 
 local cfg = NTM.options:from_args(args, MODEL_FLAGS)
 local run = experiment.start(args, {name = "ntm_copy", config = cfg})
-local model = args.load and NTM.load(args.load) or NTM(cfg)
+local model = args.load and run:check_load(NTM.load(args.load), cfg) or NTM(cfg)
 run:count_params(model)
 run:print(string.format("ntm_copy: %s lr %g, clip +-%g, train lengths %d-%d, tests at %s",
                         args.adam and "Adam" or "RMSProp (momentum 0.9)", args.lr, args.clip,

@@ -84,7 +84,7 @@ for _, n in ipairs(test_sizes) do   -- extra test sets of other sizes
 end
 local gen_seconds = gen_timer:elapsed()
 
-local model = args.load and glimpse.models.PointerNet.load(args.load) or glimpse.models.PointerNet(cfg)
+local model = args.load and run:check_load(glimpse.models.PointerNet.load(args.load), cfg) or glimpse.models.PointerNet(cfg)
 run:count_params(model)
 run:print(string.format("pointer: %s training data, %s lr %g%s clip %g%s, data made in %.1fs",
                         train_set and (train_set.n .. (fixed and " fixed" or " augmented")) or "fresh", args.paper and "SGD"

@@ -5,8 +5,11 @@
 -- numbers go to RESULTS/<table>.json and the page DOC beside the paper's.  A killed run
 -- resumes: finished runs (same command) are kept and skipped.  Checkpoints and the scripts'
 -- outputs go to OUT/<table>/<run>/; the page says how to re-evaluate each (--steps 0 --load).
+-- Each mode has its own folders: full out/reproduce, results/, docs/results.md; --quick
+-- out/reproduce-quick (results/ and results.md inside); --tiny out/reproduce-tiny.
 --
---   glimpse scripts/reproduce.lua --quick                     (make reproduce QUICK=1, minutes)
+--   glimpse scripts/reproduce.lua --quick                     (make reproduce QUICK=1, minutes;
+--                                                              into out/reproduce-quick)
 --   glimpse scripts/reproduce.lua                             (make reproduce: hours)
 --   glimpse scripts/reproduce.lua --tables pointer_hull,pointer_tsp --quick
 --
@@ -20,8 +23,9 @@ parser:flag("--tiny", "seconds per table (the tests): numbers that mean nothing"
 experiment.add_flags(parser, reproduce.run_options, {"tables", "runs", "results", "doc"}, {
   tables = {help = "comma list of tables (default: all)"},
   runs = {help = "comma list of run ids (default: all; the others are kept as recorded)"},
-  results = {help = "folder of the <table>.json files (default results; --tiny: OUT/results)"},
-  doc = {help = "the results page (default docs/results.md; --tiny: OUT/results.md)"}})
+  results = {help = "folder of the <table>.json files (default results; --quick, --tiny: " ..
+                    "OUT/results)"},
+  doc = {help = "the results page (default docs/results.md; --quick, --tiny: OUT/results.md)"}})
 parser:option("--exe", "the glimpse executable the runs use (default: this one)")
 parser:flag("--list", "list the tables and their runs, run nothing")
 local args = experiment.parse(parser)
@@ -29,28 +33,36 @@ if args.tiny and args.quick then parser:error("--tiny and --quick: choose one") 
 
 local ok, tables = pcall(reproduce.select, args.tables)
 if not ok then parser:error(require("glimpse.check").strip(tables)) end
+-- each mode its own folders: full in out/reproduce, results/ and docs/results.md; quick and
+-- tiny in out/reproduce-quick and out/reproduce-tiny (their records and page inside)
+local mode = args.tiny and "tiny" or args.quick and "quick" or "full"
+if mode ~= "full" and args.out == "out/reproduce" then args.out = "out/reproduce-" .. mode end
+args.results = args.results or (mode == "full" and "results" or args.out .. "/results")
+args.doc = args.doc or (mode == "full" and "docs/results.md" or args.out .. "/results.md")
 if args.list then
   for _, t in ipairs(tables) do
     local ids = {}
     for _, r in ipairs(t.runs) do ids[#ids + 1] = r.id .. " (" .. r.script .. ")" end
     print(string.format("%-16s %s: %s", t.name, t.title, table.concat(ids, ", ")))
   end
+  print(string.format("mode %s: checkpoints in %s, records in %s, page %s", mode, args.out,
+                      args.results, args.doc))
   return
 end
-
-local mode = args.tiny and "tiny" or args.quick and "quick" or "full"
-if args.tiny and args.out == "out/reproduce" then args.out = "out/reproduce-tiny" end
-args.results = args.results or (args.tiny and args.out .. "/results" or "results")
-args.doc = args.doc or (args.tiny and args.out .. "/results.md" or "docs/results.md")
 local exe = args.exe or arg[-1] or "build/glimpse"
 local timer = require("glimpse.util").Timer()
-local records = reproduce.run{mode = mode, out = args.out, results = args.results, doc = args.doc,
-                              tables = args.tables, runs = args.runs, exe = exe}
-local counts = {done = 0, failed = 0}
+local done, records = pcall(reproduce.run, {mode = mode, out = args.out, results = args.results,
+                                            doc = args.doc, tables = args.tables, runs = args.runs,
+                                            exe = exe})
+if not done then                          -- a bad record, another mode's folder, ^C: one line
+  io.stderr:write(require("glimpse.check").strip(records):match("^[^\n]*"), "\n")
+  os.exit(tostring(records):find("interrupted", 1, true) and 130 or 1)
+end
+local counts = {done = 0, failed = 0, interrupted = 0}
 for _, t in ipairs(tables) do
   for _, r in pairs(records[t.name].runs) do counts[r.status] = (counts[r.status] or 0) + 1 end
 end
-print(string.format("reproduce (%s): %d runs done, %d failed in %.0fs; wrote %s/*.json and %s",
-                    mode, counts.done, counts.failed, timer:elapsed(),
-                    args.results, args.doc))
-if counts.failed > 0 then os.exit(1) end
+print(string.format("reproduce (%s): %d runs done, %d failed, %d interrupted in %.0fs; wrote " ..
+                    "%s/*.json and %s", mode, counts.done, counts.failed, counts.interrupted,
+                    timer:elapsed(), args.results, args.doc))
+if counts.failed + counts.interrupted > 0 then os.exit(1) end

@@ -28,8 +28,9 @@ function T.test_grid_skips_invalid_pairs_with_a_reason()
   lu.assertEquals(skipped[1].mechanism, "dot/location")
   lu.assertStrContains(skipped[1].reason, "additive or concat")
   lu.assertEquals(#configs, 2 * 4 * 2)                 -- tasks x (3 pairs + rnnenc) x seeds
-  lu.assertEquals(configs[1].id, "reversal.dot-soft.s1")
-  lu.assertEquals(configs[#configs].id, "lookup.rnnenc.s2")
+  local hash = compare.settings_hash(tiny_settings())
+  lu.assertEquals(configs[1].id, "reversal.dot-soft.s1." .. hash)
+  lu.assertEquals(configs[#configs].id, "lookup.rnnenc.s2." .. hash)
   local ids = {}
   for _, c in ipairs(configs) do
     lu.assertNil(ids[c.id], "ids are unique")

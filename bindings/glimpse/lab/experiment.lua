@@ -21,6 +21,10 @@ local M = {}
 
 local fail = check.fail
 
+-- args (experiment.parse's result) -> the flags the user set: on the command line or in
+-- --config (not the defaults, not --quick's values)
+local CHOSEN = setmetatable({}, {__mode = "k"})
+
 -- the common flags: name, help, default key, integer lower bound (nil: a number)
 local COMMON = {
   {"--seed", "random seed", "seed", 0},
@@ -171,6 +175,54 @@ local function targets(parser)
   return out
 end
 
+-- target -> the argparse option that sets it
+local function options_by_target(parser)
+  local out = {}
+  for _, o in ipairs(parser._options or {}) do
+    local t = o._target or o:_get_default_target()
+    if t then out[t] = o end
+  end
+  return out
+end
+
+-- a --config value checked as the command line would check the flag: a flag takes a
+-- boolean, an option with choices one of them, a number option a number (a string is
+-- converted as on the command line), another option a string (a number becomes its text);
+-- the options of a glimpse.options spec are checked later by the spec.  Returns the value,
+-- or nil and the reason.
+local function config_value(opt, k, v, spec_names)
+  if spec_names[k] or not opt then return v end
+  local name = opt._name or ("--" .. k:gsub("_", "-"))
+  if opt._maxargs == 0 then
+    if (opt._maxcount or 1) > 1 and math.type(v) == "integer" and v >= 0 then return v end
+    if type(v) ~= "boolean" then
+      return nil, string.format("%s is a flag: its value must be true or false, got %s", name,
+                                check.value(v))
+    end
+    return v
+  end
+  if type(v) == "table" and (opt._maxargs or 1) > 1 then return v end
+  if type(v) ~= "string" and type(v) ~= "number" then
+    return nil, string.format("%s takes %s, got %s", name, opt._convert and "a number" or "a string",
+                              check.value(v))
+  end
+  if opt._convert and type(opt._convert) == "function" then
+    if type(v) == "string" then
+      local cv, err = opt._convert(v)
+      if cv == nil then return nil, string.format("%s: %s", name, err or ("not a number: " .. check.value(v))) end
+      v = cv
+    end
+    return v
+  end
+  if type(v) == "number" then v = tostring(math.tointeger(v) or v) end
+  if opt._choices then
+    for _, c in ipairs(opt._choices) do if c == v then return v end end
+    return nil, string.format("%s must be one of %s, got %s", name, table.concat(opt._choices, ", "),
+                              check.value(v))
+  end
+  return v
+end
+
 -- the targets named on the command line (explicit flags beat --config and --quick)
 local function explicit(argv)
   local out = {}
@@ -201,16 +253,35 @@ function M.parse(parser, argv, opts)
   local ok, args = parser:pparse(list)
   if not ok then return parse_error(parser, raise, args) end
   local given = explicit(list)
+  local chosen = {}                 -- the flags the user set: on the command line or --config
+  for k in pairs(given) do chosen[k] = true end
   local known = targets(parser)
-  local function apply(values, what)
-    for k, v in pairs(values) do
+  local by_target = options_by_target(parser)
+  local spec_names = {}
+  for _, sn in ipairs(rawget(parser, "_glimpse_specs") or {}) do
+    for _, name in ipairs(sn[2]) do spec_names[name] = true end
+  end
+  local function apply(values, what, checked)
+    local keys = {}
+    for k in pairs(values) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do
+      local v = values[k]
       if type(k) ~= "string" or not known[k] then
         local names = {}
         for name in pairs(known) do names[#names + 1] = name end
         parse_error(parser, raise, string.format("%s: unknown flag '%s'%s", what, tostring(k),
                                                  check.did_you_mean(tostring(k), names)))
       end
+      if checked then
+        local cv, why = config_value(by_target[k], k, v, spec_names)
+        if why then parse_error(parser, raise, string.format("%s: %s", what, why)) end
+        v = cv
+      end
       if not given[k] then args[k] = v end
+    end
+    if checked then
+      for k in pairs(values) do chosen[k] = true end
     end
   end
   if args.config then
@@ -221,7 +292,7 @@ function M.parse(parser, argv, opts)
       parse_error(parser, raise, string.format("--config %s must return a table of flag values%s",
                                                args.config, cok and "" or (": " .. tostring(values))))
     end
-    apply(values, "--config " .. args.config)
+    apply(values, "--config " .. args.config, true)
   end
   args.quick = args.quick or false
   if args.quick then apply(rawget(parser, "_glimpse_quick") or {}, "quick") end
@@ -264,6 +335,7 @@ function M.parse(parser, argv, opts)
     local ok, err = pcall(spec.from_args, spec, args, names)
     if not ok then parse_error(parser, raise, check.strip(err)) end
   end
+  CHOSEN[args] = chosen
   return args
 end
 
@@ -450,6 +522,38 @@ function Run:trainer_options(extra)
   if extra.evaluate then o.eval_every = a.eval_every end
   for k, v in pairs(extra) do o[k] = v end
   return o
+end
+
+--- run:check_load(model, wanted, keys) -> model: a model read with --load against the flags
+--- the user set (on the command line or in --config).  model.config: the checkpoint's model
+--- config; wanted: the config those flags would build; keys: config key -> flag target
+--- (default: every key of wanted, each set by the flag of the same name).  A flag set to
+--- another value than the checkpoint holds is an error naming both, so --load never
+--- ignores an architecture flag without a word.
+function Run:check_load(model, wanted, keys)
+  local loaded = type(model) == "table" and model.config
+  if type(loaded) ~= "table" or type(wanted) ~= "table" then
+    fail(2, "run:check_load: expected a loaded model (with .config) and the wanted config, got %s and %s",
+         type(model), type(wanted))
+  end
+  if keys ~= nil and type(keys) ~= "table" then
+    fail(2, "run:check_load: keys must be a table {config key = flag target}, got %s", type(keys))
+  end
+  local chosen = CHOSEN[self.args] or {}
+  local list = {}
+  for k in pairs(keys or wanted) do list[#list + 1] = k end
+  table.sort(list)
+  for _, k in ipairs(list) do
+    local flag = keys and keys[k] or k
+    local want, have = wanted[k], loaded[k]
+    local scalar = type(want) == "number" or type(want) == "string" or type(want) == "boolean"
+    if chosen[flag] and scalar and have ~= nil and want ~= have then
+      fail(2, "%s: --%s %s does not match the checkpoint %s (%s %s): drop the flag, or --load " ..
+           "the checkpoint made with it", self.name, flag:gsub("_", "-"), tostring(want),
+           tostring(self.args.load), k, tostring(have))
+    end
+  end
+  return model
 end
 
 --- run:seconds() -> seconds since experiment.start.

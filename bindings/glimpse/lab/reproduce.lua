@@ -6,9 +6,13 @@
 --                 doc = "docs/results.md"}                 -- `make reproduce QUICK=1`
 --
 -- RESULTS/<table>.json is rewritten after each run, so a killed reproduction resumes (a run
--- done with the same command is kept).  Outputs go to OUT/<table>/<run>/; each run records
--- the command that re-evaluates its checkpoint.  Modes: "full" (hours), "quick" (minutes),
--- "tiny" (seconds: the tests).
+-- done with the same command is kept: the same script and flags, whatever the executable's
+-- path and the flags' order).  Outputs go to OUT/<table>/<run>/; each run records the
+-- command that re-evaluates its checkpoint.  Modes: "full" (hours), "quick" (minutes),
+-- "tiny" (seconds: the tests); each mode keeps its own folders (OUT/mode.json and each
+-- RESULTS/<table>.json say whose they are, and another mode's run is refused there), so a
+-- quick run never replaces a full run's checkpoint or record.  An interrupted run is
+-- recorded as interrupted and never replaces a done record.
 local check = require "glimpse.check"
 local options = require "glimpse.options"
 local util = require "glimpse.util"
@@ -35,6 +39,79 @@ local function join(words)
   local t = {}
   for i, w in ipairs(words) do t[i] = util.shell_quote(w) end
   return table.concat(t, " ")
+end
+
+-- the words of a POSIX shell command line ('...' and "..." quoting, backslashes): what join
+-- wrote, or a command typed by hand
+local function shell_words(s)
+  local words, cur, i, n, quoted = {}, {}, 1, #s, false
+  while i <= n do
+    local ch = s:sub(i, i)
+    if ch:match("%s") then
+      if #cur > 0 or quoted then words[#words + 1] = table.concat(cur) end
+      cur, quoted = {}, false
+    elseif ch == "'" then
+      local j = s:find("'", i + 1, true) or (n + 1)
+      cur[#cur + 1], quoted, i = s:sub(i + 1, j - 1), true, j
+    elseif ch == '"' then
+      i = i + 1
+      while i <= n and s:sub(i, i) ~= '"' do
+        local c = s:sub(i, i)
+        if c == "\\" and i < n and s:sub(i + 1, i + 1):match('[\\"$`]') then i = i + 1; c = s:sub(i, i) end
+        cur[#cur + 1], i = c, i + 1
+      end
+      quoted = true
+    elseif ch == "\\" and i < n then
+      i = i + 1
+      cur[#cur + 1] = s:sub(i, i)
+    else
+      cur[#cur + 1] = ch
+    end
+    i = i + 1
+  end
+  if #cur > 0 or quoted then words[#words + 1] = table.concat(cur) end
+  return words
+end
+
+--- reproduce.normalize(command) -> the command as "done" compares it: without the
+--- executable (its path does not change the run), the script as scripts/<name>.lua, then the
+--- flags sorted by name (each with its values; --flag=value is --flag value; numbers in one
+--- spelling).  command: a shell command line or a list of words.
+function M.normalize(command)
+  local words = type(command) == "table" and command or shell_words(tostring(command))
+  local script = tostring(words[2] or ""):gsub("^%./", "")
+  script = script:match("(scripts/[^/]+%.lua)$") or script
+  local groups, lead = {}, {}
+  local function value(v)
+    local x = tonumber(v)
+    if x == nil or v:match("^%s") or v:match(",") then return v end
+    if math.tointeger(x) then return tostring(math.tointeger(x)) end
+    return string.format("%.17g", x)
+  end
+  for i = 3, #words do
+    local w = tostring(words[i])
+    local flag, eq = w:match("^(%-%-[^=]+)=(.*)$")
+    if flag then
+      groups[#groups + 1] = {flag, value(eq), order = #groups + 1}
+    elseif w:match("^%-%-.") then
+      groups[#groups + 1] = {w, order = #groups + 1}
+    elseif #groups > 0 then
+      local g = groups[#groups]
+      g[#g + 1] = value(w)
+    else
+      lead[#lead + 1] = value(w)
+    end
+  end
+  table.sort(groups, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a.order < b.order
+  end)
+  local out = {script}
+  for _, w in ipairs(lead) do out[#out + 1] = w end
+  for _, g in ipairs(groups) do
+    for _, w in ipairs(g) do out[#out + 1] = w end
+  end
+  return join(out)
 end
 
 -- "a,b c" -> {"a", "b", "c"}; anything else as given
@@ -74,12 +151,17 @@ local function do_run(o, tbl, run, words, dir, steps)
   o.log(string.format("reproduce: %s/%s: %s", tbl.name, run.id, rec.command))
   local mpath = dir .. "/" .. (run.metrics or "metrics.json")
   os.remove(mpath)                      -- a metrics.json of an earlier, unfinished run
-  local ok, how = os.execute(rec.command .. " > " .. util.shell_quote(dir .. "/log.txt") .. " 2>&1")
+  local ok, how, code = os.execute(rec.command .. " > " .. util.shell_quote(dir .. "/log.txt") .. " 2>&1")
   rec.seconds = timer:elapsed()
   local log = util.exists(dir .. "/log.txt") and util.read_text(dir .. "/log.txt") or ""
-  -- ^C reaches the script (the Trainer stops cleanly and says so) and not this process
-  -- (os.execute's system() ignores it while it waits): stop here too
-  rec.interrupted = how == "signal" or log:find("interrupted at step", 1, true) ~= nil or nil
+  -- ^C reaches the script (the Trainer stops cleanly and says so; compare exits 130) and
+  -- not this process (os.execute's system() ignores it while it waits): stop here too
+  rec.interrupted = how == "signal" or (how == "exit" and code == 130)
+                    or log:find("interrupted at step", 1, true) ~= nil or nil
+  if rec.interrupted then
+    rec.status, rec.reason = "interrupted", "interrupted (Ctrl-C); see " .. dir .. "/log.txt"
+    return rec
+  end
   if not ok or not util.exists(mpath) then
     rec.status = "failed"
     rec.reason = "the command failed; see " .. dir .. "/log.txt"
@@ -113,11 +195,68 @@ local function do_run(o, tbl, run, words, dir, steps)
   return rec
 end
 
+local STATUSES = {done = true, failed = true, interrupted = true}
+
+-- the record in path (nil: none yet), checked: a clear error naming the file when it is not
+-- JSON, not an object, or holds runs that are not run records (of tbl's runs: a run the
+-- table dropped is dropped from the file)
+local function read_record(path, tbl)
+  if not util.exists(path) then return nil end
+  local ok, rec = pcall(util.read_json, path)
+  if not ok then fail(3, "reproduce: %s is not a results file: %s", path, check.strip(rec)) end
+  local function bad(fmt, ...)
+    fail(4, "reproduce: %s: " .. fmt .. " (fix or remove the file)", path, ...)
+  end
+  if type(rec) ~= "table" then
+    bad("expected a JSON object {table=, runs={}}, got %s", type(rec) == "userdata" and "null"
+        or check.value(rec))
+  end
+  if rec.runs == nil then rec.runs = {} end
+  if type(rec.runs) ~= "table" then bad("'runs' must be an object of run records, got %s",
+                                        type(rec.runs) == "userdata" and "null" or check.value(rec.runs)) end
+  if rec.mode ~= nil and not M.MODES[rec.mode] then bad("'mode' is %s", check.value(rec.mode)) end
+  local ours
+  if tbl then
+    ours = {}
+    for _, run in ipairs(tbl.runs) do ours[run.id] = true end
+  end
+  for id, r in pairs(rec.runs) do
+    if type(id) ~= "string" then bad("'runs' must be an object keyed by run ids, got a list") end
+    if ours and not ours[id] then
+      -- not the table's: merge drops it
+    elseif type(r) ~= "table" then
+      bad("runs.%s must be a run record, got %s", id, type(r) == "userdata" and "null" or check.value(r))
+    else
+      if not STATUSES[r.status] then bad("runs.%s.status is %s (done, failed or interrupted)", id, check.value(r.status)) end
+      if r.status == "done" then
+        if type(r.command) ~= "string" then bad("runs.%s.command is %s", id, check.value(r.command)) end
+        if type(r.rows) ~= "table" then bad("runs.%s.rows is %s", id, check.value(r.rows)) end
+        for i, row in ipairs(r.rows) do
+          if type(row) ~= "table" then bad("runs.%s.rows[%d] is %s", id, i, check.value(row)) end
+        end
+      end
+      if r.mode ~= nil and not M.MODES[r.mode] then bad("runs.%s.mode is %s", id, check.value(r.mode)) end
+    end
+  end
+  return rec
+end
+M.read_record = read_record
+
+-- the mode a record's runs were made in (its `mode`, or that of its done runs), or nil
+local function mode_of(rec)
+  if rec.mode then return rec.mode end
+  for _, r in pairs(rec.runs) do
+    if type(r) == "table" and r.status == "done" and M.MODES[r.mode] then return r.mode end
+  end
+  return nil
+end
+
 -- the table's record as it is on disk now, with `id`'s run set to r (nil: only tidied): another
 -- driver process may have written other runs of the table since this one started
-local function merge(path, tbl, id, r)
-  local rec = util.exists(path) and util.read_json(path) or {}
+local function merge(path, tbl, id, r, mode)
+  local rec = read_record(path, tbl) or {}
   rec.table, rec.title, rec.paper, rec.runs = tbl.name, tbl.title, tbl.paper, rec.runs or {}
+  rec.mode = rec.mode or mode
   if id then rec.runs[id] = r end
   local ids = {}
   for _, run in ipairs(tbl.runs) do ids[run.id] = true end
@@ -126,12 +265,43 @@ local function merge(path, tbl, id, r)
   return rec
 end
 
-local function id_set(runs)
+-- the folder's mode: OUT/mode.json is written by the first run in it; another mode's run is
+-- refused there (a quick run would overwrite the full runs' checkpoints)
+local function claim_out(out, mode)
+  local path = out .. "/mode.json"
+  if util.exists(path) then
+    local ok, m = pcall(util.read_json, path)
+    local have = ok and type(m) == "table" and m.mode
+    if have ~= mode then
+      fail(3, "reproduce: %s holds the checkpoints of %s runs (%s); a %s run goes to a folder " ..
+           "of its own (--out)", out, tostring(have or "other"), path, mode)
+    end
+    return
+  end
+  util.mkdir_p(out)
+  util.write_json(path, {mode = mode})
+end
+
+-- the run ids asked for, as a set (nil: all); an id that none of the tables has is an error
+local function id_set(runs, tbls)
   if runs == nil then return nil end
   runs = words_of(runs)
-  if type(runs) ~= "table" then fail(2, "reproduce.run: option 'runs' must be a list of run ids, got %s", type(runs)) end
+  if type(runs) ~= "table" then fail(3, "reproduce.run: option 'runs' must be a list of run ids, got %s", type(runs)) end
+  local have, names = {}, {}
+  for _, t in ipairs(tbls) do
+    local ids = {}
+    for _, r in ipairs(t.runs) do have[r.id], ids[#ids + 1] = true, r.id end
+    names[#names + 1] = t.name .. ": " .. table.concat(ids, ", ")
+  end
   local set = {}
-  for _, x in ipairs(runs) do set[x] = true end
+  for _, x in ipairs(runs) do
+    if not have[x] then
+      fail(3, "reproduce: unknown run '%s' (the tables asked for have %s)", tostring(x),
+           table.concat(names, "; "))
+    end
+    set[x] = true
+  end
+  if next(set) == nil then fail(3, "reproduce.run: option 'runs' names no run") end
   return set
 end
 
@@ -163,35 +333,55 @@ function M.run(user)
     if o[k] == "" then fail(2, "reproduce.run: option '%s' must be a path, got ''", k) end
   end
   o.log = o.log or print
-  local only = id_set(o.runs)
+  local tbls = M.select(o.tables)
+  local only = id_set(o.runs, tbls)
+  -- every record is read (and checked) and every folder's mode compared before anything runs
+  for _, tbl in ipairs(M.TABLES) do
+    local path = o.results .. "/" .. tbl.name .. ".json"
+    local rec = read_record(path, tbl)
+    local m = rec and mode_of(rec)
+    if m and m ~= o.mode then
+      fail(2, "reproduce: %s holds %s runs; %s runs keep their records in a folder of their " ..
+           "own (--results; scripts/reproduce.lua's default: %s)", path, m, o.mode,
+           o.mode == "full" and "results" or ("out/reproduce-" .. o.mode .. "/results"))
+    end
+  end
+  claim_out(o.out, o.mode)
   util.mkdir_p(o.results)
   local all = {}
-  for _, tbl in ipairs(M.select(o.tables)) do
+  for _, tbl in ipairs(tbls) do
     local path = o.results .. "/" .. tbl.name .. ".json"
-    local rec = merge(path, tbl)
+    local rec = merge(path, tbl, nil, nil, o.mode)
     for _, run in ipairs(tbl.runs) do
       local words, dir, steps = command_of(o.exe, tbl, run, o.mode, o.out)
       local old = rec.runs[run.id]
       if only and not only[run.id] then
         o.log(string.format("reproduce: %s/%s: not among the runs asked for, kept", tbl.name, run.id))
-      elseif old and old.status == "done" and old.command == join(words) then
+      elseif old and old.status == "done" and M.normalize(old.command) == M.normalize(words) then
         o.log(string.format("reproduce: %s/%s: done before, kept", tbl.name, run.id))
       else
         local r = do_run(o, tbl, run, words, dir, steps)
         o.log(string.format("reproduce: %s/%s: %s%s", tbl.name, run.id, r.status,
                             r.seconds and string.format(" in %.0fs", r.seconds) or "")
               .. (r.reason and (": " .. r.reason) or ""))
-        rec = merge(path, tbl, run.id, r)
+        local now = read_record(path, tbl) or rec
+        local kept = now.runs and now.runs[run.id]
+        if r.interrupted and kept and kept.status == "done" then
+          -- an interrupted run says nothing about the done one: it stays as it was
+          o.log(string.format("reproduce: %s/%s: the run done before is kept", tbl.name, run.id))
+        else
+          rec = merge(path, tbl, run.id, r, o.mode)
+        end
         if r.interrupted then error("reproduce: interrupted during " .. tbl.name .. "/" .. run.id, 2) end
       end
     end
-    all[tbl.name] = merge(path, tbl)
+    all[tbl.name] = merge(path, tbl, nil, nil, o.mode)
   end
   -- the page shows every table with a record: those not run now come from their JSON
   local shown = {}
   for _, tbl in ipairs(M.TABLES) do
     local path = o.results .. "/" .. tbl.name .. ".json"
-    if not all[tbl.name] and util.exists(path) then all[tbl.name] = util.read_json(path) end
+    if not all[tbl.name] then all[tbl.name] = read_record(path, tbl) end
     if all[tbl.name] then shown[#shown + 1] = tbl end
   end
   M.write_page(o.doc, shown, all, o)

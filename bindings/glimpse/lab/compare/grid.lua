@@ -5,6 +5,7 @@ local check = require "glimpse.check"
 local options = require "glimpse.options"
 local att = require "glimpse.attention"
 local models = require "glimpse.models"
+local util = require "glimpse.util"
 local tasks = require("glimpse").data.compare
 
 local G = {}
@@ -37,10 +38,64 @@ G.SETTINGS = options.declare("compare.settings", {
   {"data_seed", "int", 1, range = {0}, help = "seed of the data sets (+ seed - 1 for training)"},
 })
 
+-- test_lengths: a non-empty list of positive integers (the options' "table" says no more)
+local function check_lengths(s, level)
+  local t = s.test_lengths
+  local ok = #t > 0
+  for k, v in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 or k > #t or math.type(check.integers(v)) ~= "integer"
+       or v < 1 then
+      ok = false
+    end
+  end
+  if not ok then
+    check.fail(level + 1, "compare.settings: option 'test_lengths' must be a non-empty list of " ..
+               "positive integers, got %s", #t == 0 and next(t) == nil and "an empty list"
+               or check.value(util.json_encode(t)))
+  end
+  for i, v in ipairs(t) do t[i] = math.tointeger(v) end
+end
+
 --- compare.settings(o) -> the full settings table (o's entries over the defaults of
---- compare.settings_options); an unknown key or a bad value is an error naming it.
+--- compare.settings_options); an unknown key or a bad value (test_lengths: a non-empty list
+--- of positive integers) is an error naming it.
 function G.settings(o)
-  return G.SETTINGS:check(o, 2)
+  local s = G.SETTINGS:check(o, 2)
+  check_lengths(s, 2)
+  return s
+end
+
+-- ---------------------------------------------------------------------------------------
+-- what a record depends on
+
+-- a copy of v with integral numbers as integers (JSON's 4000.0 is 4000), functions dropped
+local function plain(v)
+  if type(v) == "number" then return math.tointeger(v) or v end
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do
+    if type(x) ~= "function" then out[k] = plain(x) end
+  end
+  return out
+end
+
+--- compare.settings_key(settings) -> canonical JSON text of the settings (sorted keys,
+--- integers as integers): two settings tables give the same text exactly when every value
+--- that changes a result is the same
+function G.settings_key(s)
+  return util.json_encode(plain(s))
+end
+
+--- compare.settings_hash(settings) -> 8 hex digits of a 64-bit FNV-1a hash of settings_key:
+--- the tail of every configuration's id, so a changed setting makes new ids (and new
+--- runs/<id>.json files) instead of overwriting the records made with the old one
+function G.settings_hash(s)
+  local text = G.settings_key(s)
+  local h = -3750763034362895579                   -- 0xcbf29ce484222325 (FNV-1a offset)
+  for i = 1, #text do
+    h = (h ~ text:byte(i)) * 1099511628211         -- wraps modulo 2^64
+  end
+  return string.format("%08x", ((h >> 32) ~ h) & 0xffffffff)
 end
 
 G.GRID = options.declare("compare.grid", {
@@ -102,21 +157,28 @@ end
 
 --- compare.grid{mechanisms= | scores=, modes=, baselines=, tasks=, seeds=3 | {list},
 ---   settings=} -> configs, skipped.  The options are compare.grid_options.
--- configs: one table per (task, mechanism, seed) in that order, with id, task, mechanism,
--- kind, score, mode, supervise, positions, seed and settings.  skipped: {mechanism=, reason=}
--- for the pairs the model refuses (e.g. location mode with the dot score).
+-- configs: one table per (task, mechanism, seed) in that order, with id
+-- (task.mechanism.s<seed>.<settings hash>), task, mechanism, kind, score, mode, supervise,
+-- positions, seed and settings.  skipped: {mechanism=, reason=} for the pairs the model
+-- refuses (e.g. location mode with the dot score).  No mechanisms, no tasks, no seeds or a
+-- test length a task cannot make is an error (an empty grid writes nothing).
 function G.grid(user)
   if type(user) ~= "table" then check.fail(2, "compare.grid: expected an options table") end
   local o = G.GRID:check(user, 2)
-  local s = o.settings or G.SETTINGS:check({}, 2)
+  -- settings read back from JSON (800.0 for 800) are the same settings
+  local s = o.settings and G.settings(plain(o.settings)) or G.settings({})
   local names = {}
   if o.mechanisms then
     names = list_of(o.mechanisms)
+    if #names == 0 then check.fail(2, "compare.grid: no mechanisms (an empty list)") end
   else
     for _, sc in ipairs(list_of(o.scores)) do
       for _, md in ipairs(list_of(o.modes)) do names[#names + 1] = sc .. "/" .. md end
     end
     for _, b in ipairs(list_of(o.baselines)) do names[#names + 1] = b end
+    if #names == 0 then
+      check.fail(2, "compare.grid: no mechanisms (scores x modes and baselines are empty)")
+    end
   end
   local seeds = o.seeds
   if math.type(seeds) == "integer" then
@@ -124,8 +186,24 @@ function G.grid(user)
     for i = 1, seeds do t[i] = i end
     seeds = t
   end
+  if #seeds == 0 then check.fail(2, "compare.grid: no seeds (an empty list)") end
+  for i, seed in ipairs(seeds) do
+    seeds[i] = math.tointeger(tonumber(seed))
+    if not seeds[i] then check.fail(2, "compare.grid: seeds must be integers, got %s", check.value(seed)) end
+  end
   local task_names = list_of(o.tasks or tasks.TASKS)
-  for _, t in ipairs(task_names) do tasks.task(t) end            -- unknown task: an error
+  if #task_names == 0 then check.fail(2, "compare.grid: no tasks (an empty list)") end
+  for _, t in ipairs(task_names) do
+    local task = tasks.task(t)                                   -- unknown task: an error
+    local lo, hi = task.min_len_allowed or 1, task.max_len_allowed or math.maxinteger
+    for _, L in ipairs({s.heatmap_length, table.unpack(s.test_lengths)}) do
+      if L < lo or L > hi then
+        check.fail(2, "compare.grid: task '%s' makes sources of lengths %s, not %d " ..
+                   "(test_lengths or heatmap_length)", t, hi == math.maxinteger and
+                   string.format("of at least %d", lo) or string.format("%d..%d", lo, hi), L)
+      end
+    end
+  end
   local mechs, skipped, seen = {}, {}, {}
   for _, n in ipairs(names) do
     if not seen[n] then
@@ -136,14 +214,13 @@ function G.grid(user)
       else mechs[#mechs + 1] = m end
     end
   end
+  local hash = G.settings_hash(s)
   local configs = {}
   for _, t in ipairs(task_names) do
     for _, m in ipairs(mechs) do
       for _, seed in ipairs(seeds) do
-        seed = math.tointeger(tonumber(seed))
-        if not seed then check.fail(2, "compare.grid: seeds must be integers") end
         configs[#configs + 1] = {
-          id = string.format("%s.%s.s%d", t, m.name:gsub("[/+]", "-"), seed),
+          id = string.format("%s.%s.s%d.%s", t, m.name:gsub("[/+]", "-"), seed, hash),
           task = t, mechanism = m.name, kind = m.kind, score = m.score, mode = m.mode,
           supervise = m.supervise or false, positions = m.positions, seed = seed,
           settings = s}

@@ -8,8 +8,11 @@
 --   compare.run{configs = configs, out = "out/compare", jobs = 2}   -- resumable
 --
 -- The parts: compare/grid.lua (settings, mechanisms, grid, shard), measure.lua (run_config),
--- scheduler.lua (pending, run_local, work, gather), summary.lua, page.lua (markdown, write).
+-- records.lua (what a runs/<id>.json must hold: validate, inspect), lock.lua (one compare per
+-- output folder), scheduler.lua (pending, run_local, work, gather), summary.lua, page.lua
+-- (markdown, write).
 -- The options of settings, grid, run and run_local are compare.<name>_options.
+local check = require "glimpse.check"
 local options = require "glimpse.options"
 local util = require "glimpse.util"
 local grid = require "glimpse.lab.compare.grid"
@@ -17,6 +20,8 @@ local measure = require "glimpse.lab.compare.measure"
 local scheduler = require "glimpse.lab.compare.scheduler"
 local summary = require "glimpse.lab.compare.summary"
 local page = require "glimpse.lab.compare.page"
+local records = require "glimpse.lab.compare.records"
+local lock = require "glimpse.lab.compare.lock"
 
 local M = {}
 
@@ -28,10 +33,13 @@ M.MECHANISMS = {"additive/soft", "dot/soft", "general/soft", "location/soft", "c
                 "rnnenc", "transformer"}
 
 M.settings, M.settings_options = grid.settings, grid.SETTINGS
+M.settings_key, M.settings_hash = grid.settings_key, grid.settings_hash
+M.validate, M.inspect, M.same_config = records.validate, records.inspect, records.same_config
 M.parse_mechanism, M.grid, M.grid_options, M.shard = grid.parse_mechanism, grid.grid, grid.GRID,
                                                      grid.shard
 M.run_config = measure.run_config
 M.pending, M.work, M.cores = scheduler.pending, scheduler.work, scheduler.cores
+M.is_interrupt = scheduler.is_interrupt
 M.run_local, M.run_local_options, M.gather = scheduler.run_local, scheduler.RUN_LOCAL,
                                              scheduler.gather
 M.summarise = summary.summarise
@@ -45,6 +53,9 @@ M.run_options = options.declare("compare.run", {
   {"configs", "table", nil, required = true, help = "the configurations (compare.grid)"},
   {"out", "string", nil, required = true, help = "the output folder (resumable)"},
   {"jobs", "int", nil, range = {1}, help = "worker processes (default: the cores; MPI: 1)"},
+  {"threads", "int", 1, range = {1}, help = "engine and BLAS threads of each worker"},
+  {"time_limit", "number", nil, range = {0}, finite = true,
+   help = "each configuration's most training seconds (a guard: a run it stops fails)"},
   {"skipped", "table", nil, help = "grid's skipped mechanisms, listed on the page"},
   {"command", "string", nil, help = "the command line, shown on the page"},
   {"say", "function", nil, help = "function(line) for the progress lines (default print)"},
@@ -64,26 +75,41 @@ local function distributed()
   return dist
 end
 
---- compare.run{configs=, out=, jobs=cores, skipped=, command=, say=print, run=true} ->
---- rows, records, failures, missing: runs the pending configurations (resuming: finished
---- ones are kept; seed by seed, so that a run cut short covers the whole grid with its
---- first seeds), gathers every result and writes the outputs.  Under MPI (glimpse.dist with
---- size > 1) the ranks split rank 0's pending list (dist.shard), each runs its part on one
---- worker (jobs is ignored), and rank 0 gathers the records (dist.gather_tables) and
---- writes.  run = false runs nothing: the outputs of the configurations finished so far
---- (the rest are `missing`).
-function M.run(user)
-  local o = M.run_options:check(user, 2)
-  local say = o.say or print
-  util.mkdir_p(o.out .. "/runs")
-  local dist = distributed()
+local function check_configs(configs)
+  if #configs == 0 then
+    check.fail(3, "compare.run: no configurations (an empty grid): nothing is run or written")
+  end
+  local ids = {}
+  for i, c in ipairs(configs) do
+    if type(c) ~= "table" or type(c.id) ~= "string" or type(c.settings) ~= "table" then
+      check.fail(3, "compare.run: configs[%d] is not a configuration from compare.grid", i)
+    end
+    if ids[c.id] then check.fail(3, "compare.run: two configurations have the id '%s'", c.id) end
+    ids[c.id] = true
+  end
+end
+
+-- the part of run that holds the lock (on rank 0 under MPI)
+local function run_locked(o, say, dist, lock)
   local jobs = dist and 1 or o.jobs or scheduler.cores()  -- under MPI: one worker process per rank
   -- what is left to run, seed by seed: a run cut short still covers every task and
   -- mechanism with its first seeds.  Under MPI rank 0's folder decides, and the ranks split
   -- the pending list (item i to rank (i - 1) % size), so a resumed run stays balanced.
   local waiting = {}
   if not dist or dist.is_root() then
-    waiting = scheduler.pending(o.configs, o.out)
+    local notes
+    waiting, notes = scheduler.pending(o.configs, o.out)
+    for _, n in ipairs(notes) do
+      if n.state == "other" then
+        check.fail(3, "compare: %s holds a finished record of %s made with other settings; it " ..
+                   "is not overwritten: move it away or choose another --out", n.path, n.id)
+      end
+    end
+    for _, n in ipairs(notes) do
+      if o.run ~= false then
+        say(string.format("compare: %s is malformed (%s): it runs again", n.path, n.why))
+      end
+    end
     local index = {}
     for i, c in ipairs(waiting) do index[c] = i end
     table.sort(waiting, function(a, b)
@@ -112,22 +138,27 @@ function M.run(user)
                       #o.configs, #o.configs - #waiting, #todo, jobs))
   end
   local timer, k, done = util.Timer(), 0, {}
-  scheduler.run_local(todo, o.out, {jobs = jobs, on_done = function(c, r)
-    k = k + 1
-    if r.error then
-      say(string.format("[%d/%d] %s FAILED: %s", k, #todo, c.id, tostring(r.error):match("[^\n]*")))
-      r = {error = tostring(r.error), id = c.id, task = c.task, mechanism = c.mechanism,
-           seed = c.seed, config = c}
-    else
-      local long = 0
-      for _, e in ipairs(r.accuracy_by_length) do long = math.max(long, e.length) end
-      say(string.format("[%d/%d] %s: exact %s%% at length %d, %.1f ms/step, %.0f s (%.0f s so far)",
-                        k, #todo, c.id, page.pct(r.accuracy_by_length[1].exact),
-                        r.accuracy_by_length[1].length, r.ms_per_step, r.wall_seconds,
-                        timer:elapsed()))
-    end
-    done[#done + 1] = r
-  end})
+  local _, interrupted = scheduler.run_local(todo, o.out, {
+    jobs = jobs, threads = o.threads, time_limit = o.time_limit,
+    on_start = lock and function(pgid) lock:set_workers(pgid) end,
+    on_done = function(c, r)
+      k = k + 1
+      if r.error then
+        say(string.format("[%d/%d] %s FAILED: %s", k, #todo, c.id, tostring(r.error):match("[^\n]*")))
+        r = {error = tostring(r.error), id = c.id, task = c.task, mechanism = c.mechanism,
+             seed = c.seed, config = c}
+      elseif r.interrupted then
+        say(string.format("[%d/%d] %s interrupted at step %s", k, #todo, c.id, tostring(r.steps)))
+      else
+        local long = 0
+        for _, e in ipairs(r.accuracy_by_length) do long = math.max(long, e.length) end
+        say(string.format("[%d/%d] %s: exact %s%% at length %d, %.1f ms/step, %.0f s (%.0f s so far)",
+                          k, #todo, c.id, page.pct(r.accuracy_by_length[1].exact),
+                          r.accuracy_by_length[1].length, r.ms_per_step, r.wall_seconds,
+                          timer:elapsed()))
+      end
+      done[#done + 1] = r
+    end})
   if dist then
     -- every rank's results (finished or failed) to rank 0, which keeps them in its runs/
     -- folder: the ranks need not share a file system, and a failure is re-run next time
@@ -135,16 +166,47 @@ function M.run(user)
     if not dist.is_root() then return nil end
     for _, part in ipairs(all) do
       for _, r in ipairs(part.results or {}) do
-        util.write_json(scheduler.result_path(o.out, r.config), r)
+        if r.config then util.write_json(scheduler.result_path(o.out, r.config), r) end
       end
     end
   end
-  local records, failures, missing = scheduler.gather(o.configs, o.out)
-  local rows = summary.summarise(records)
-  page.write(o.out, rows, records, {skipped = o.skipped, failures = failures, missing = missing,
-                                    command = o.command, seconds = timer:elapsed(),
-                                    jobs = dist and dist.size() or jobs})
-  return rows, records, failures, missing
+  local found, failures, missing = scheduler.gather(o.configs, o.out)
+  local rows = summary.summarise(found)
+  page.write(o.out, rows, found, {skipped = o.skipped, failures = failures, missing = missing,
+                                  command = o.command, seconds = timer:elapsed(),
+                                  jobs = dist and dist.size() or jobs, interrupted = interrupted})
+  return rows, found, failures, missing, interrupted
+end
+
+--- compare.run{configs=, out=, jobs=cores, threads=1, time_limit=, skipped=, command=,
+--- say=print, run=true} -> rows, records, failures, missing, interrupted: runs the pending
+--- configurations (resuming: finished ones are kept; seed by seed, so that a run cut short
+--- covers the whole grid with its first seeds), gathers every result and writes the outputs.
+--- Every runs/<id>.json is checked on read: a malformed one is named and runs again.  The
+--- output folder is locked (OUT/compare.lock): a second compare on it is refused, the lock
+--- of a compare that died is taken over.  A Ctrl-C stops the workers (their runs are
+--- recorded as interrupted, never as finished), writes the outputs of what finished and
+--- returns interrupted = true.  threads: each worker's threads; time_limit: each
+--- configuration's time guard in seconds (a run it stops is a failure).  Under MPI
+--- (glimpse.dist with size > 1) the ranks split rank 0's pending list (dist.shard), each runs
+--- its part on one worker (jobs is ignored), and rank 0 gathers the records
+--- (dist.gather_tables) and writes.  run = false runs nothing: the outputs of the
+--- configurations finished so far (the rest are `missing`).  No configurations is an error.
+function M.run(user)
+  local o = M.run_options:check(user, 2)
+  check_configs(o.configs)
+  if o.time_limit and o.time_limit <= 0 then
+    check.fail(2, "compare.run: option 'time_limit' must be a positive number, got %s",
+               check.value(o.time_limit))
+  end
+  local say = o.say or print
+  local dist = distributed()
+  util.mkdir_p(o.out)
+  local held = (not dist or dist.is_root()) and lock.acquire(o.out, say) or nil
+  local res = table.pack(pcall(run_locked, o, say, dist, held))
+  if held then held:release() end
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
 end
 
 return M

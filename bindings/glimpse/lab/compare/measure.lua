@@ -89,9 +89,20 @@ end
 --- centre_error (local-p), ms_per_step (wall clock) and cpu_ms_per_step (CPU time: what a
 --- loaded machine does not change), params, train_seconds, wall_seconds, cpu_seconds (the
 --- process's CPU time for the configuration), heatmap (first seed).
-function R.run_config(c)
+--- opts.time_limit: the Trainer's time guard in seconds (a run it stops is an error: its
+--- numbers are not the budget's).  A Ctrl-C during training gives {interrupted = true, id=,
+--- steps=, config=} instead, with nothing evaluated: an interrupted run is never a record.
+function R.run_config(c, opts)
   if type(c) ~= "table" or type(c.settings) ~= "table" or not c.task then
     check.fail(2, "compare.run_config: expected a configuration from compare.grid")
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    check.fail(2, "compare.run_config: opts must be a table {time_limit=}, got %s", type(opts))
+  end
+  local time_limit = opts and opts.time_limit
+  if time_limit ~= nil and not (type(time_limit) == "number" and time_limit > 0) then
+    check.fail(2, "compare.run_config: time_limit must be a positive number, got %s",
+               check.value(time_limit))
   end
   c = check.integers(c)               -- a configuration read from JSON has 4000.0 for 4000
   local s = c.settings
@@ -109,6 +120,7 @@ function R.run_config(c)
   local history = train.Trainer{
     model = model, optimizer = {"Adam", lr = lr}, data = train_set, batch_size = s.batch,
     seed = c.seed, steps = s.steps, clip = s.clip, eval_every = s.eval_every, progress = false,
+    time_limit = time_limit,
     evaluate = function(m)
       local t0 = os.clock()
       local a = models.eval.sequence_accuracy(m, valid, {bleu = false}).exact
@@ -117,6 +129,17 @@ function R.run_config(c)
     end,
   }:fit()
   fit_cpu = os.clock() - fit_cpu - eval_cpu            -- training steps only
+  if history.interrupted then
+    return {interrupted = true, id = c.id, task = c.task, mechanism = c.mechanism, seed = c.seed,
+            steps = history.steps, config = c}
+  end
+  if history.steps < s.steps then
+    error(string.format("compare.run_config: %s stopped at step %d of %d (%s): not the step " ..
+                        "budget's numbers", c.id, history.steps, s.steps,
+                        history.stopped == "time" and string.format("the time limit of %gs",
+                                                                    time_limit)
+                        or tostring(history.stopped)), 0)
+  end
   local r = {id = c.id, task = c.task, mechanism = c.mechanism, kind = c.kind, score = c.score,
              mode = c.mode, seed = c.seed, steps = history.steps,
              params = experiment.count_params(model),

@@ -94,7 +94,7 @@ function P.charts(rows, task)
 end
 
 --- compare.write(dir, rows, records, {skipped=, failures=, missing=, command=, seconds=,
---- jobs=}) -> paths: results.json, results.md, index.html (SVG charts inline) and
+--- jobs=, interrupted=}) -> paths: results.json, results.md, index.html (SVG charts inline) and
 --- heatmaps/*.png
 function P.write(dir, rows, records, meta)
   meta = meta or {}
@@ -103,7 +103,8 @@ function P.write(dir, rows, records, meta)
                                            failures = meta.failures or {},
                                            missing = meta.missing or {},
                                            command = meta.command, seconds = meta.seconds,
-                                           jobs = meta.jobs}, {indent = 1})
+                                           jobs = meta.jobs, interrupted = meta.interrupted or nil},
+                  {indent = 1})
   util.write_text(dir .. "/results.md", P.markdown(rows, meta))
   local page = report.Page{title = "glimpse compare: attention mechanisms"}
   if meta.command then page:pre(meta.command) end
@@ -145,6 +146,10 @@ function P.write(dir, rows, records, meta)
     local t = {{"mechanism", "reason"}}
     for _, s in ipairs(meta.skipped) do t[#t + 1] = {s.mechanism, s.reason} end
     page:table(t, {header = true})
+  end
+  if meta.interrupted then
+    page:paragraph("This run was interrupted (Ctrl-C): the configurations it stopped are not " ..
+                   "in the tables; the same command runs them again.")
   end
   if meta.missing and #meta.missing > 0 then
     page:paragraph(string.format("%d configurations have no result yet (not run, or still " ..
