@@ -205,4 +205,16 @@ function T.test_the_scan_sees_an_edge_against_the_layers()
   lu.assertStrContains(code, '"a--b"')
 end
 
+-- a file past this is usually two files that have not been separated yet (STYLE.md)
+local MAX_LINES = 600
+
+function T.test_no_library_file_is_over_600_lines()
+  local long = {}
+  for _, f in ipairs(lines_of("find bindings/glimpse datasets -name '*.lua' | sort")) do
+    local n = select(2, read(f):gsub("\n", ""))
+    if n > MAX_LINES then long[#long + 1] = string.format("%s: %d lines", f, n) end
+  end
+  lu.assertEquals(long, {})
+end
+
 return T
