@@ -11,6 +11,7 @@
 -- Trainer is made; the step's allreduce also carries the time guard's and Ctrl-C's flags, so
 -- the ranks stop at the same step.  Rank 0 alone prints, logs and writes checkpoints.
 local glimpse = require "glimpse"
+local check = require "glimpse.check"
 local util = require "glimpse.util"
 
 local Trainer = {}
@@ -77,12 +78,12 @@ local function who_has(all, key)
                                       table.concat(ranks, ", "), #ranks > 1 and "have" or "has",
                                       shown)
   end
-  return table.concat(parts, "; ")
+  return table.concat(parts, ", ")
 end
 
 -- every rank's settings against every other's: one error, the same on every rank
 function Trainer:_check_ranks_agree(o, level)
-  local all = self.dist.gather_tables(shared_settings(self, o))
+  local all = check.integers(self.dist.gather_tables(shared_settings(self, o)))
   local keys, seen = {}, {}
   for _, s in ipairs(all) do
     for k in pairs(s) do
