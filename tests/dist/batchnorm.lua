@@ -47,5 +47,5 @@ local h = glimpse.train.Trainer{
   sync_batchnorm = sync,
 }:fit()
 if glimpse.dist.is_root() then glimpse.save(out, model:state_dict()) end
-print(string.format("rank %d of %d: %d steps, loss %.6f", glimpse.dist.rank(),
-                    glimpse.dist.size(), h.steps, h.losses[#h.losses].loss))
+print(string.format("rank %d of %d: %d steps, loss %.6f, %.3f s", glimpse.dist.rank(),
+                    glimpse.dist.size(), h.steps, h.losses[#h.losses].loss, h.seconds))
