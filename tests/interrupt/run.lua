@@ -16,7 +16,9 @@ local dir, steps = arg[1], math.tointeger(tonumber(arg[2]))
 local distributed, go, slow_ms = false, nil, 0
 for i = 3, #arg do
   if arg[i] == "--distributed" then distributed = true end
-  if arg[i] == "--go" then go, slow_ms = math.tointeger(tonumber(arg[i + 1])), tonumber(arg[i + 2]) end
+  if arg[i] == "--go" then
+    go, slow_ms = math.tointeger(tonumber(arg[i + 1])), tonumber(arg[i + 2])
+  end
 end
 local rank = distributed and glimpse.dist.init() or 0
 

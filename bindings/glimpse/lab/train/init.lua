@@ -379,7 +379,8 @@ function Trainer:fit()
   local co = coroutine.create(Trainer._fit)
   local ok, h = coroutine.resume(co, self)
   if ok then return h end
-  if type(h) == "string" and not Trainer._is_interrupt(h) and not h:find("\nstack traceback:", 1, true) then
+  if type(h) == "string" and not Trainer._is_interrupt(h)
+     and not h:find("\nstack traceback:", 1, true) then
     h = debug.traceback(co, h)
   end
   error(h, 0)
