@@ -1,6 +1,6 @@
 -- tests/dist/batchnorm.lua -- run by tests/test_dist.lua, alone and under `mpirun -np 2`: a
--- small network with BatchNorm2d and BatchNorm1d trained by the Trainer on a global batch of
--- 16; rank 0 writes the parameters and the running statistics after the run, so the test
+-- small network with BatchNorm2d (in a residual block too, so that the graph branches around
+-- batch norms) and BatchNorm1d trained by the Trainer on a global batch of 16; rank 0 writes the parameters and the running statistics after the run, so the test
 -- can compare data-parallel training (synchronised batch norm) with one process.
 --   glimpse tests/dist/batchnorm.lua OUT STEPS [--distributed] [--no-sync]
 local glimpse = require "glimpse"
@@ -29,16 +29,29 @@ local Net = nn.Module:extend("BatchNormTestNet")
 function Net:init()
   self.conv = nn.Conv2d(2, 4, 3, {padding = 1})
   self.bn2 = nn.BatchNorm2d(4)
+  self.res_conv1 = nn.Conv2d(4, 4, 3, {padding = 1, bias = false})
+  self.res_bn1 = nn.BatchNorm2d(4)
+  self.res_conv2 = nn.Conv2d(4, 4, 3, {padding = 1, bias = false})
+  self.res_bn2 = nn.BatchNorm2d(4)
   self.fc = nn.Linear(64, 32)
   self.bn1 = nn.BatchNorm1d(32)
   self.out = nn.Linear(32, 3)
 end
 function Net:forward(x)
   local h = self.bn2(self.conv(x)):relu()
+  local r = self.res_bn1(self.res_conv1(h)):relu()
+  h = (self.res_bn2(self.res_conv2(r)) + h):relu()              -- a residual block
   h = self.bn1(self.fc(h:reshape(x.shape[1], 64))):relu()
   return self.out(h)
 end
-function Net:loss(b) return glimpse.cross_entropy(self(b.x), b.y) end
+-- a mean weighted by example (weights 2 to 4), normalised by the stat `tokens` as a loss over
+-- tokens is: the ranks' shards then weigh unequally, as they do in a sequence model
+function Net:loss(b)
+  local ce = glimpse.cross_entropy(self(b.x), b.y, {reduction = "none"})
+  local w, total = {}, 0
+  for i, y in ipairs(b.y) do w[i] = 1 + y; total = total + w[i] end
+  return (ce * glimpse.tensor(w)):sum() / total, {tokens = total}
+end
 local model = Net()
 
 local h = glimpse.train.Trainer{
