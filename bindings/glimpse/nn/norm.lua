@@ -96,7 +96,7 @@ local function global_stats(self, x3, momentum)
   local all = self.sync:gather(glimpse.tensor(row)):totable()
   local N = 0
   for _, r in ipairs(all) do N = N + r[1] end
-  local mu, var = {}, {}
+  local mu, var, unbiased = {}, {}, {}
   for c = 1, C do
     local s = 0
     for _, r in ipairs(all) do s = s + r[1] * r[1 + c] end
@@ -107,13 +107,13 @@ local function global_stats(self, x3, momentum)
       m2 = m2 + r[1 + C + c] + r[1] * dm * dm
     end
     var[c] = m2 / N
-    row[c] = N > 1 and m2 / (N - 1) or var[c]          -- unbiased, for the running variance
+    unbiased[c] = N > 1 and m2 / (N - 1) or var[c]     -- for the running variance
   end
   if self.running_mean then
     local rm, rv = self.running_mean:totable(), self.running_var:totable()
     for c = 1, C do
       rm[c] = (1 - momentum) * rm[c] + momentum * mu[c]
-      rv[c] = (1 - momentum) * rv[c] + momentum * row[c]
+      rv[c] = (1 - momentum) * rv[c] + momentum * unbiased[c]
     end
     self.running_mean:copy_(glimpse.tensor(rm))
     self.running_var:copy_(glimpse.tensor(rv))
@@ -143,9 +143,9 @@ local function synced_forward(self, x, momentum)
       xhat = (x3 - mu_t:reshape(1, C, 1)) * rs
       dy3 = dy and dy:reshape(B, C, x3.shape[3]) or glimpse.zeros(B, C, x3.shape[3])
       local sdy, sdyx = dy3:sum(3):sum(1), (dy3 * xhat):sum(3):sum(1)
-      if weight then
-        weight.grad = weight.grad and weight.grad:add_(sdyx) or sdyx:clone()
-        bias.grad = bias.grad and bias.grad:add_(sdy) or sdy:clone()
+      if weight then                   -- dw = sum dy xhat, db = sum dy (this rank's share)
+        if weight.grad then weight.grad:add_(sdyx) else weight.grad = sdyx:clone() end
+        if bias.grad then bias.grad:add_(sdy) else bias.grad = sdy:clone() end
       end
       sums = glimpse.cat({sdy, sdyx}, 1) * loss_weight
     end)
