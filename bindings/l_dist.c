@@ -17,10 +17,17 @@
  * a rank that fails, or finds at its end that another rank is still in a collective, ends
  * the whole job with MPI_Abort, so no rank is left waiting.
  *
+ * Ctrl-C on mpirun reaches the ranks as SIGTERM (then SIGKILL, odls_base_sigkill_timeout
+ * seconds later: 1 by default); under a launcher a SIGTERM is therefore an interrupt like
+ * the executable's SIGINT: a hook on the main thread that raises "interrupted!" at its next
+ * instruction, which the Trainer takes at a step boundary and agrees on with the other ranks
+ * (bindings/glimpse/lab/train/interrupt.lua).  A second SIGTERM ends the process.
+ *
  * Tensors are contiguous float32, so broadcast and allreduce hand their data pointer to MPI
  * as it is: no copies.  Bindings do no math: the mean of allreduce is dist.lua's division.
  */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +130,32 @@ static void on_process_exit(int status, void *arg) {
   mpi->abort(status ? status : 1);
 }
 
+/* SIGTERM under a launcher: the interrupt hook (as the executable's SIGINT, bindings/main.c) */
+static lua_State *main_thread;
+
+static void term_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void on_sigterm(int sig) {
+  signal(sig, SIG_DFL);   /* a second one ends the process */
+  lua_sethook(main_thread, term_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+}
+
+static void catch_sigterm(lua_State *L) {
+  struct sigaction sa, old;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  main_thread = lua_tothread(L, -1);
+  lua_pop(L, 1);
+  if (sigaction(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL) return;  /* someone's */
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
 /* dlopen the plugin: $GLIMPSE_MPI_PLUGIN, the build's, then the installed one */
 static const gl_mpi_api *load_plugin(char *why, size_t whylen) {
   const char *paths[3] = {getenv("GLIMPSE_MPI_PLUGIN"), GLIMPSE_MPI_PLUGIN,
@@ -165,6 +198,7 @@ static int l_init(lua_State *L) {
         return luaL_error(L, "glimpse.dist.init: %s", err);
       mpi = api;
       on_exit(on_process_exit, NULL);
+      catch_sigterm(L);
       snprintf(d_backend, sizeof d_backend, "mpi");
     }
     inited = 1;

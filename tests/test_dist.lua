@@ -277,6 +277,73 @@ function T.test_resume_on_a_different_number_of_ranks()
   assert_same_params(d .. "/straight.st", d .. "/b.st", "1 rank, then 2")
 end
 
+-- batch norm: the statistics of the whole global batch on every rank (SyncBatchNorm), so 2
+-- ranks train what one process trains; each rank's own statistics drift far from it
+function T.test_batchnorm_on_two_ranks_equals_one_process_with_the_same_global_batch()
+  skip_without_mpirun()
+  local d = H.tmpdir()
+  run_glimpse(nil, {"tests/dist/batchnorm.lua", d .. "/one.st", "30"})
+  local out = run_glimpse(2, {"tests/dist/batchnorm.lua", d .. "/two.st", "30", "--distributed"})
+  lu.assertStrContains(out, "rank 1 of 2: 30 steps")
+  assert_same_params(d .. "/one.st", d .. "/two.st", "2 ranks with batch norm")
+  run_glimpse(2, {"tests/dist/batchnorm.lua", d .. "/own.st", "30", "--distributed", "--no-sync"})
+  local a, b = glimpse.load(d .. "/one.st"), glimpse.load(d .. "/own.st")
+  local w = a["fc.weight"]
+  lu.assertTrue((w - b["fc.weight"]):abs():max():item() / w:abs():max():item() > 0.05,
+                "sync_batchnorm = false: each rank normalises its own shard")
+end
+
+-- the settings that must agree are compared when the Trainer is made: one message on every
+-- rank naming the setting and the ranks, no hang (with or without a pcall around it)
+function T.test_a_trainer_with_different_steps_on_each_rank_fails_on_both_ranks()
+  skip_without_mpirun()
+  local template = [[
+    local glimpse = require "glimpse"
+    local rank = glimpse.dist.init()
+    local ds = {n = 32, collate = function(_, idx) return glimpse.full({#idx, 1}, 1) end}
+    local function make()
+      return glimpse.train.Trainer{
+        model = glimpse.nn.Linear(1, 1), optimizer = {"SGD", lr = 0.1}, data = ds,
+        batch_size = 8, steps = 30 + 10 * rank, progress = false, distributed = true,
+        loss = function(m, x) return m(x):pow(2):mean() end}
+    end
+    %s
+  ]]
+  local out = run_glimpse(2, {script_file(string.format(template, [[
+    local ok, err = pcall(make)
+    print(string.format("rank %d: %s", rank, tostring(err)))]]))})
+  for r = 0, 1 do
+    lu.assertStrContains(out, string.format("rank %d: Trainer: the ranks disagree "
+      .. "on a setting (every rank must make the Trainer with the same settings and model): "
+      .. "'steps': rank 0 has 30, rank 1 has 40", r))
+  end
+  local script = script_file(string.format(template, "make():fit()"))
+  local failed = sh("{ " .. glimpse_cmd(2, {script}) .. "; echo rc=$?; }")
+  local rc = tonumber(failed:match("rc=(%d+)"))
+  lu.assertNotEquals(rc, 0, failed)
+  lu.assertNotEquals(rc, 124, "the job hung until the timeout:\n" .. failed)
+  lu.assertStrContains(failed, "'steps': rank 0 has 30, rank 1 has 40")
+end
+
+-- synchronised batch norm needs every rank in every step: a last batch with fewer examples
+-- than ranks is refused up front, with the ways out
+function T.test_batchnorm_with_a_batch_shorter_than_the_ranks_is_refused()
+  skip_without_mpirun()
+  local out = run_glimpse(2, {script_file([[
+    local glimpse = require "glimpse"
+    local rank = glimpse.dist.init()
+    local ds = {n = 17, collate = function(_, idx) return glimpse.full({#idx, 2}, 1) end}
+    local net = glimpse.nn.Sequential{glimpse.nn.Linear(2, 2), glimpse.nn.BatchNorm1d(2)}
+    local ok, err = pcall(glimpse.train.Trainer, {
+      model = net, optimizer = {"SGD", lr = 0.1}, data = ds, batch_size = 8, steps = 3,
+      progress = false, distributed = true, loss = function(m, x) return m(x):sum() end})
+    print(string.format("rank %d: %s", rank, tostring(err)))]])})
+  lu.assertStrContains(out, "rank 1: Trainer: option 'distributed' with batch norm "
+                       .. "(synchronised over the ranks): the last batch of each epoch has 1 "
+                       .. "example for 2 ranks")
+  lu.assertStrContains(out, "drop_last = true")
+end
+
 function T.test_a_script_on_two_ranks_tests_prints_and_writes_on_rank_0_only()
   skip_without_mpirun()
   local d = H.tmpdir()

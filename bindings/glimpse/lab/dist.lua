@@ -139,7 +139,7 @@ local GradBucket = {}
 GradBucket.__index = GradBucket
 
 --- dist.GradBucket(params) -> bucket: one flat buffer that holds every parameter's gradient
---- (p.grad becomes a view of it) and three more numbers, so that averaging a step's
+--- (p.grad becomes a view of it) and four more numbers, so that averaging a step's
 --- gradients over the ranks is a single allreduce.  Each rank weighs its gradient by its
 --- share of the loss's normaliser (its examples or tokens), so the average is the gradient
 --- the whole global batch gives in one process.
@@ -154,7 +154,7 @@ function M.GradBucket(params)
     end
     n = n + p:numel()
   end
-  local flat = glimpse.zeros(n + 3)            -- gradients, weight * loss, weight, flag
+  local flat = glimpse.zeros(n + 4)            -- gradients, weight * loss, weight, two flags
   local views, off = {}, 1
   for i, p in ipairs(params) do
     views[i] = flat:narrow(1, off, p:numel()):reshape(table.unpack(p.shape))
@@ -171,25 +171,27 @@ function GradBucket:attach()
   for i, p in ipairs(self.params) do p.grad = self.views[i] end
 end
 
---- bucket:average(weight, loss [, flag]) -> total weight, mean loss, any flag: scales this
---- rank's gradients by weight (its share of the loss's normaliser; 0 for a rank without
---- examples), sums the buckets over the ranks in one allreduce and divides by the total
---- weight.  loss (this rank's mean loss) comes back as the weighted mean over the ranks, and
---- flag (a boolean) as true when any rank set it.
-function GradBucket:average(weight, loss, flag)
+--- bucket:average(weight, loss [, flag1 [, flag2]]) -> total weight, mean loss, any flag1,
+--- any flag2: scales this rank's gradients by weight (its share of the loss's normaliser; 0
+--- for a rank without examples), sums the buckets over the ranks in one allreduce and
+--- divides by the total weight.  loss (this rank's mean loss) comes back as the weighted mean
+--- over the ranks, and each flag (a boolean: the Trainer's time guard and Ctrl-C) as true
+--- when any rank set it.
+function GradBucket:average(weight, loss, flag1, flag2)
   local flat, n = self.flat, self.n
   self.grads:mul_(weight)
   flat[n + 1] = weight * loss
   flat[n + 2] = weight
-  flat[n + 3] = flag and 1 or 0
+  flat[n + 3] = flag1 and 1 or 0
+  flat[n + 4] = flag2 and 1 or 0
   M.allreduce(flat, "sum")
-  local extra = flat:narrow(1, n + 1, 3):totable()
+  local extra = flat:narrow(1, n + 1, 4):totable()
   local total = extra[2]
   if not (total > 0) then
     error("glimpse.dist: no rank had examples in this step (the global batch is empty)", 2)
   end
   self.grads:mul_(1 / total)
-  return total, extra[1] / total, extra[3] > 0
+  return total, extra[1] / total, extra[3] > 0, extra[4] > 0
 end
 
 return M

@@ -68,6 +68,105 @@ end
 -- (B,C) and (B,C,L).  Training uses the batch's statistics and updates the running ones
 -- (unbiased variance, momentum m: r = (1-m) r + m stat; momentum=false: the cumulative
 -- average); evaluation uses the running statistics.
+--
+-- Synchronised (SyncBatchNorm): data-parallel training (glimpse.train, distributed = true)
+-- gives each batch norm a `sync` context; in training its statistics are then those of the
+-- whole global batch, every rank's shard, so ranks normalise as one process does.  The
+-- forward gathers each rank's (count, mean, M2) per channel (one allgather) and merges them
+-- (Chan et al.'s parallel variance); its output is a leaf, so the loss's backward stops there,
+-- and the backward the context runs after it (sync:backward) allreduces the two per-channel
+-- sums of the SyncBN gradient,
+--   dx_i = w rs (dy_i - mean(dy) - xhat_i mean(dy xhat))     (means over the global batch)
+-- and carries dx on into x's graph.  The sums are weighed by each rank's loss weight (its
+-- share of the loss's normaliser), as the gradient bucket weighs the parameters' gradients.
+
+-- the global batch's mean and biased variance per channel, from every rank's shard of x3
+-- (B,C,S); updates the running statistics like the engine's kernel (in double)
+local function global_stats(self, x3, momentum)
+  local B, C, S = x3.shape[1], x3.shape[2], x3.shape[3]
+  local n = B * S
+  local row = {n}
+  glimpse.no_grad(function()
+    local mean = x3:sum(3):sum(1) * (1 / n)
+    local d = x3 - mean:reshape(1, C, 1)
+    local m2 = (d * d):sum(3):sum(1)
+    local mt, m2t = mean:totable(), m2:totable()
+    for c = 1, C do row[1 + c], row[1 + C + c] = mt[c], m2t[c] end
+  end)
+  local all = self.sync:gather(glimpse.tensor(row)):totable()
+  local N = 0
+  for _, r in ipairs(all) do N = N + r[1] end
+  local mu, var, unbiased = {}, {}, {}
+  for c = 1, C do
+    local s = 0
+    for _, r in ipairs(all) do s = s + r[1] * r[1 + c] end
+    mu[c] = s / N
+    local m2 = 0
+    for _, r in ipairs(all) do
+      local dm = r[1 + c] - mu[c]
+      m2 = m2 + r[1 + C + c] + r[1] * dm * dm
+    end
+    var[c] = m2 / N
+    unbiased[c] = N > 1 and m2 / (N - 1) or var[c]     -- for the running variance
+  end
+  if self.running_mean then
+    local rm, rv = self.running_mean:totable(), self.running_var:totable()
+    for c = 1, C do
+      rm[c] = (1 - momentum) * rm[c] + momentum * mu[c]
+      rv[c] = (1 - momentum) * rv[c] + momentum * unbiased[c]
+    end
+    self.running_mean:copy_(glimpse.tensor(rm))
+    self.running_var:copy_(glimpse.tensor(rv))
+  end
+  return mu, var, N
+end
+
+-- training with the global batch's statistics (self.sync set and active)
+local function synced_forward(self, x, momentum)
+  local shape = x.shape
+  local B, C = shape[1], shape[2]
+  local x3 = x:detach():reshape(B, C, x:numel() // (B * C))
+  local mu, var, N = global_stats(self, x3, momentum)
+  local mu_t, var_t = glimpse.tensor(mu), glimpse.tensor(var)
+  -- the engine's kernel with these statistics as its "running" ones: the same arithmetic
+  -- as one process's batch norm
+  local y = glimpse.no_grad(glimpse.batch_norm2d, x:detach(), self.weight, self.bias, mu_t,
+                            var_t, false, 0, self.eps)
+  if not glimpse.is_grad_enabled() then return y end
+  y:requires_grad()
+  local weight, bias, eps = self.weight, self.bias, self.eps
+  self.sync:defer(function(loss_weight)
+    local dy = y.grad
+    local rs = (var_t + eps):rsqrt():reshape(1, C, 1)
+    local sums, xhat, dy3
+    glimpse.no_grad(function()
+      xhat = (x3 - mu_t:reshape(1, C, 1)) * rs
+      dy3 = dy and dy:reshape(B, C, x3.shape[3]) or glimpse.zeros(B, C, x3.shape[3])
+      local sdy, sdyx = dy3:sum(3):sum(1), (dy3 * xhat):sum(3):sum(1)
+      if weight then                   -- dw = sum dy xhat, db = sum dy (this rank's share)
+        if weight.grad then weight.grad:add_(sdyx) else weight.grad = sdyx:clone() end
+        if bias.grad then bias.grad:add_(sdy) else bias.grad = sdy:clone() end
+      end
+      sums = glimpse.cat({sdy, sdyx}, 1) * loss_weight
+    end)
+    self.sync:sum(sums)                                   -- over the ranks
+    if not x.requires_grad_flag then return end
+    if loss_weight == 0 then
+      error("SyncBatchNorm: this rank's loss weight is 0 (no examples or tokens in its "
+            .. "shard), so its gradient cannot be weighed", 0)
+    end
+    local seed
+    glimpse.no_grad(function()
+      local k = 1 / (loss_weight * N)
+      local a = sums:narrow(1, 1, C):reshape(1, C, 1) * k
+      local b = sums:narrow(1, C + 1, C):reshape(1, C, 1) * k
+      local scale = weight and rs * weight:detach():reshape(1, C, 1) or rs
+      seed = ((dy3 - a - xhat * b) * scale):reshape(table.unpack(shape))
+    end)
+    x:backward(seed, true)
+  end)
+  return y
+end
 
 local function batchnorm_class(name, dims)
   local cls = Module:extend(name)
@@ -111,6 +210,9 @@ local function batchnorm_class(name, dims)
       local count = nbt:item() + 1
       nbt:fill_(count)
       if self.momentum == false then momentum = 1 / count end
+    end
+    if self.training and self.sync and self.sync.active then
+      return synced_forward(self, x, momentum)
     end
     return glimpse.batch_norm2d(x, self.weight, self.bias, self.running_mean, self.running_var,
                                 self.training, momentum, self.eps)

@@ -24,13 +24,18 @@ end
 --- trainer:save_checkpoint([path]) writes the checkpoint (atomically) to path (default the
 --- `checkpoint` option): model under "model.", optimizer under "optimizer.", the schedule,
 --- and the trainer's state (step, data position, RNG states, history) as JSON metadata.
+--- Data parallel: every rank calls it (it gathers every rank's RNG state); rank 0 writes.
 function Trainer:save_checkpoint(path)
   path = path or self.checkpoint
   if type(path) ~= "string" then error("Trainer:save_checkpoint: no path (option 'checkpoint')", 2) end
   -- drop the normal that Box-Muller keeps in hand, here and in the run that resumes alike
   glimpse.set_rng_state(glimpse.rng_state())
-  if not self:_is_root() then return path end   -- data parallel: rank 0 writes it
   local r1, r2 = glimpse.rng_state()
+  local ranks
+  if self.bucket then          -- data parallel: every rank's draws (dropout) are its own
+    ranks = self.dist.gather_tables({tostring(r1), tostring(r2)})
+    if not self:_is_root() then return path end   -- rank 0 writes it
+  end
   local tensors = {}
   for k, v in pairs(self.model:state_dict()) do tensors["model." .. k] = v end
   local ot, meta = self.optimizer:state_dict("optimizer.")
@@ -41,7 +46,7 @@ function Trainer:save_checkpoint(path)
   local st = {step = self.step, epoch = self.epoch, index = self.index,
               seconds = self:elapsed(), ema = self.ema, ema_stats = self.ema_stats,
               acc = self.acc, history = self.history,
-              rng = {tostring(r1), tostring(r2)},
+              rng = {tostring(r1), tostring(r2)}, rng_ranks = ranks,
               data_rng = self.rng and {tostring(self.rng.state), tostring(self.rng.inc)} or nil,
               eval_pending = self.eval_pending, last_eval = self.last_eval}
   meta.trainer = util.json_encode(st)
@@ -81,7 +86,12 @@ function Trainer:load_checkpoint(path)
                   reached = h.reached}
   self.eval_pending = st.eval_pending and ints(st.eval_pending) or nil
   self.last_eval = st.last_eval and ints(st.last_eval) or nil
-  glimpse.set_rng_state(math.tointeger(tonumber(st.rng[1])), math.tointeger(tonumber(st.rng[2])))
+  -- data parallel on as many ranks as wrote it: this rank's own state; else rank 0's
+  local rng = st.rng
+  if self.bucket and type(st.rng_ranks) == "table" and #st.rng_ranks == self.world then
+    rng = st.rng_ranks[self.rank + 1]
+  end
+  glimpse.set_rng_state(math.tointeger(tonumber(rng[1])), math.tointeger(tonumber(rng[2])))
   if self.rng and st.data_rng then
     self.rng.state = math.tointeger(tonumber(st.data_rng[1]))
     self.rng.inc = math.tointeger(tonumber(st.data_rng[2]))

@@ -7,8 +7,9 @@
 --
 -- The model contract: model:loss(batch) -> loss (a scalar tensor), stats (nil or numbers).
 -- The options are Trainer.options (docs/api/train.md).  The step budget ends a run; a
--- checkpoint resumes a killed or interrupted run with the same batches and draws.  The
--- methods: train/step.lua, log.lua, checkpoint.lua, parallel.lua (distributed = true).
+-- checkpoint resumes a killed or interrupted run with the same batches and draws; Ctrl-C
+-- stops at a step boundary (train/interrupt.lua has the rule).  The methods: train/step.lua,
+-- log.lua, checkpoint.lua, parallel.lua (distributed = true), interrupt.lua.
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
@@ -62,6 +63,8 @@ local OPTIONS = options.declare("Trainer", {
   {"loss", "function", nil, help = "function(model, batch, step) -> loss, stats (not model:loss)"},
   {"format_eval", "function", nil, help = "function(metrics, step) -> the evaluation line"},
   {"distributed", "boolean", false, help = "data parallel over the ranks of mpirun or srun"},
+  {"sync_batchnorm", "boolean", true,
+   help = "distributed: batch norms use the whole global batch's statistics (SyncBatchNorm)"},
 })
 
 local Trainer = {options = OPTIONS}
@@ -69,7 +72,8 @@ Trainer.__index = Trainer
 M.Trainer = Trainer
 
 for _, part in ipairs {"glimpse.lab.train.step", "glimpse.lab.train.log",
-                       "glimpse.lab.train.checkpoint", "glimpse.lab.train.parallel"} do
+                       "glimpse.lab.train.checkpoint", "glimpse.lab.train.parallel",
+                       "glimpse.lab.train.interrupt"} do
   for k, v in pairs(require(part)) do
     assert(Trainer[k] == nil, "glimpse.train: two parts define " .. k)
     Trainer[k] = v
@@ -233,7 +237,7 @@ setmetatable(Trainer, {__call = function(_, user)
   end
   self.resume = o.resume
   self.on_step, self.on_eval, self.format_eval = o.on_step, o.on_eval, o.format_eval
-  if o.distributed then self:_distribute() end
+  if o.distributed then self:_distribute(o) end
 
   -- the state a checkpoint holds
   self.step, self.epoch, self.index = 0, 0, 0
@@ -248,15 +252,24 @@ end})
 -- ---------------------------------------------------------------------------------------
 -- the loop
 
--- the loop body; returns the reason it stopped
+-- the evaluation after `step`, interruptible (one process): a Ctrl-C abandons it, fit()
+-- undoes its draws and it runs again on resume (eval_pending is in the checkpoint)
+function Trainer:_evaluate_step(step)
+  self.eval_pending = step
+  self.eval_rng = {glimpse.rng_state()}
+  local reached = self:_interruptible(self._evaluate)
+  self.eval_pending, self.eval_rng = nil, nil
+  return reached
+end
+
+-- the steps; returns the reason they stopped.  A Ctrl-C is looked at between steps only.
 function Trainer:_loop()
-  if self.eval_pending then
-    self.eval_pending = nil
-    if self:_evaluate() then return "target" end
+  if self.eval_pending then        -- abandoned by a Ctrl-C before the checkpoint was written
+    if self:_evaluate_step(self.eval_pending) then return "target" end
   end
   while self.step < self.steps do
     if self:_time_up() then return "time" end
-    local loss, stats = self:_step_atomic()
+    local loss, stats = self:_step()
     self:_record(loss, stats)
     local step = self.step
     local last = step >= self.steps
@@ -267,10 +280,7 @@ function Trainer:_loop()
     local timed_out = self:_time_up()
     if self.evaluate and ((self.eval_every and step % self.eval_every == 0)
                           or ((last or timed_out) and self.eval_at_end)) then
-      self.eval_pending = step
-      self.eval_rng = {glimpse.rng_state()}
-      if self:_evaluate() then stop = "target" end
-      self.eval_pending, self.eval_rng = nil, nil
+      if self:_evaluate_step(step) then stop = "target" end
     end
     if self.checkpoint_every and step % self.checkpoint_every == 0 and not last then
       self.timer:pause()
@@ -279,19 +289,25 @@ function Trainer:_loop()
     end
     if stop then return stop end
     if timed_out and not last then return "time" end
+    if not last and self:_stop_requested() then return "interrupted" end
   end
   return "steps"
 end
 
---- trainer:fit() -> history: trains until the step budget is spent (or the target is
---- reached, the time guard runs out, or Ctrl-C), resuming first from the checkpoint file
---- when there is one (and resume ~= false).  history = {steps, seconds, losses, evals,
---- stopped = "steps"|"target"|"time"|"interrupted", interrupted, best, reached, loss,
---- resumed_from, checkpoint}.
-function Trainer:fit()
+-- an error's traceback where it happened (inside fit's coroutine); a Ctrl-C stays as it is
+local function traced(err)
+  if type(err) == "string" and not Trainer._is_interrupt(err) then
+    return debug.traceback(err, 2)
+  end
+  return err
+end
+
+-- fit() inside its coroutine (train/interrupt.lua says why)
+function Trainer:_fit()
+  self.sigint, self.stop_agreed = nil, nil
   local resume = self.checkpoint and self.resume and util.exists(self.checkpoint)
   if self.bucket then
-    resume = self:_start_ranks(resume)
+    resume = self:_start_ranks(resume)           -- agrees on a Ctrl-C that came before
   elseif resume then
     self:load_checkpoint(self.checkpoint)
   end
@@ -301,15 +317,16 @@ function Trainer:fit()
   self.model:train()
   self.timer = util.Timer()
   self.bar = self.steps > self.step and self:_make_bar() or nil
-  local ok, stopped = pcall(self._loop, self)
+  local ok, stopped = true, "interrupted"
+  if not self:_stop_requested() then ok, stopped = xpcall(self._loop, traced, self) end
+  self:_end_interruptible()
   if not ok then
+    if self.sync then self.sync.active, self.sync.pending = false, {} end
     if not Trainer._is_interrupt(stopped) then
       if self.bar then self.bar:finish() end
       error(stopped, 0)
     end
-    -- interrupted between steps, or during an evaluation (then its draws are undone and the
-    -- evaluation runs again on resume)
-    self:_undo_partial_step()
+    -- an evaluation abandoned by a Ctrl-C: its draws undone, it runs again on resume
     if self.eval_pending and self.eval_rng then
       glimpse.set_rng_state(self.eval_rng[1], self.eval_rng[2])
       local evals = self.history.evals
@@ -318,21 +335,25 @@ function Trainer:fit()
     self.model:train()
     stopped = "interrupted"
   end
+  local interrupted = self:_agree_interrupt()     -- every rank the same answer
   self.timer:pause()
   if self.bar then self.bar:finish(self:_bar_fields()) end
-  self:_log_interval()
+  -- an interrupted run keeps its loss interval open (the checkpoint holds it), so that the
+  -- resumed run logs the entries an uninterrupted one does
+  if stopped ~= "interrupted" then self:_log_interval() end
   self.seconds = self:elapsed()
   self.timer = nil
   local h = self.history
   h.steps, h.seconds, h.stopped, h.loss = self.step, self.seconds, stopped, self.ema
-  h.interrupted = stopped == "interrupted"
+  h.interrupted = interrupted
   h.resumed_from = self.resumed_from
   if self.checkpoint then
     self:save_checkpoint()
     h.checkpoint = self.checkpoint
   end
+  if self.bucket then self.dist.barrier() end      -- no rank leaves before rank 0 wrote it
   self.eval_pending = nil
-  if stopped == "interrupted" and self:_is_root() then  -- said even when progress = false
+  if interrupted and self:_is_root() then  -- said even when progress = false
     print(string.format("interrupted at step %d of %d%s", self.step, self.steps,
                             self.checkpoint and ("; checkpoint " .. self.checkpoint
                                                  .. " (run again to resume)") or ""))
@@ -346,6 +367,23 @@ function Trainer:fit()
                                         or "another rank's"))
   end
   return h
+end
+
+--- trainer:fit() -> history: trains until the step budget is spent (or the target is
+--- reached, the time guard runs out, or Ctrl-C), resuming first from the checkpoint file
+--- when there is one (and resume ~= false).  history = {steps, seconds, losses, evals,
+--- stopped = "steps"|"target"|"time"|"interrupted", interrupted, best, reached, loss,
+--- resumed_from, checkpoint}.  Ctrl-C stops after the step in progress (train/interrupt.lua);
+--- interrupted is true whenever one came during fit(), also after the last step.
+function Trainer:fit()
+  local co = coroutine.create(Trainer._fit)
+  local ok, h = coroutine.resume(co, self)
+  if ok then return h end
+  if type(h) == "string" and not Trainer._is_interrupt(h)
+     and not h:find("\nstack traceback:", 1, true) then
+    h = debug.traceback(co, h)
+  end
+  error(h, 0)
 end
 
 return M

@@ -1,10 +1,6 @@
 --- glimpse.train's step (a part of the Trainer; train/init.lua merges its methods): the next
--- batch, the loss and its backward, clipping, the optimizer and schedule steps.
---
--- Ctrl-C: the glimpse executable turns SIGINT into the error "interrupted!" at the next Lua
--- instruction of the main thread.  Each step runs in a coroutine, which that hook does not
--- reach, so an interrupt lands between steps, never inside an update; fit() catches it,
--- writes the checkpoint and returns the history with interrupted = true.
+-- batch, the loss and its backward, clipping, the optimizer and schedule steps.  A step is
+-- one unit: fit() runs it in a coroutine that a Ctrl-C does not reach (train/interrupt.lua).
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local optim = require "glimpse.optim"
@@ -55,7 +51,9 @@ function Trainer:_forward_backward(batch)
     error("Trainer: model:loss returned a " .. type(stats) .. " as its second value; expected "
           .. "nil or a table of numbers to log", 0)
   end
-  loss:backward()
+  -- synchronised batch norms (parallel.lua) continue the backward from their inputs: the
+  -- graph stays until then
+  loss:backward(nil, self.sync ~= nil)
   local out = {}
   if stats then
     for k, v in pairs(stats) do out[k] = as_number(v, "stat '" .. tostring(k) .. "'") end
@@ -78,39 +76,6 @@ function Trainer:_step()
   if self.schedule then self.schedule:step() end
   self.step = self.step + 1
   return loss, out
-end
-
---- Trainer._is_interrupt(err) -> whether err is the executable's Ctrl-C error
-function Trainer._is_interrupt(err)
-  return type(err) == "string" and err:match("interrupted!$") ~= nil
-end
-
--- the step in a coroutine: the interrupt hook is set on the main thread only, so a Ctrl-C
--- takes effect when the step is complete.  (A signal that comes while the coroutine is being
--- made is copied into it and fires at its first instruction, before anything moved: fit()
--- then puts back the data position and the RNG states kept here.)
-function Trainer:_step_atomic()
-  self.pre_step = {self.epoch, self.index, self.order, self.rng and self.rng.state,
-                   {glimpse.rng_state()}}
-  local co = coroutine.create(self._step)
-  local ok, loss, stats = coroutine.resume(co, self)
-  if ok then
-    self.pre_step = nil
-    return loss, stats
-  end
-  if type(loss) == "string" and not Trainer._is_interrupt(loss) then
-    error(debug.traceback(co, loss), 0)
-  end
-  error(loss, 0)
-end
-
-function Trainer:_undo_partial_step()
-  local s = self.pre_step
-  if not s then return end
-  self.epoch, self.index, self.order = s[1], s[2], s[3]
-  if self.rng then self.rng.state = s[4] end
-  glimpse.set_rng_state(s[5][1], s[5][2])
-  self.pre_step = nil
 end
 
 return Trainer
