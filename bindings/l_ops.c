@@ -424,6 +424,7 @@ static int embedding(lua_State *L) {
 
 /* cat({a, b, ...}, dim) and stack({a, b, ...}, dim) */
 static int joiner(lua_State *L, const char *name, int stack) {
+  lua_settop(L, 2);   /* the dim may be left out: slot 2 stays nil, not the list made below */
   luaL_checktype(L, 1, LUA_TTABLE);
   int n = (int)luaL_len(L, 1);
   if (n < 1) luaL_argerror(L, 1, "a non-empty list of tensors expected");

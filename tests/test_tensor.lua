@@ -369,4 +369,11 @@ function T.test_cpu_profile_samples_and_names_where_the_time_went()
   end
 end
 
+function T.test_cat_and_stack_take_dim_1_when_it_is_left_out()
+  local a, b = glimpse.ones(2), glimpse.zeros(2)
+  lu.assertEquals(glimpse.cat({a, b}).shape, {4})
+  lu.assertEquals(glimpse.stack({a, b}).shape, {2, 2})
+  lu.assertEquals(glimpse.stack({a, b}):sum(2):totable(), {2, 0})
+end
+
 return T

@@ -149,7 +149,7 @@ function M.training(cap, source, opts)
   local function loss(m, b, step)
     m:set_progress((step - 1) / steps)            -- the step budget drives the schedules
     local l, info = m:loss(b.images, b.captions_in, b.captions_out, b.mask)
-    return l, {nll = info.nll, ds = info.ds, reinforce = info.reinforce}
+    return l, {nll = info.nll, ds = info.ds, reinforce = info.reinforce, tokens = info.tokens}
   end
   local function evaluate(m)
     recalibrate()
