@@ -459,9 +459,9 @@ end
 --- task:lengths_text() -> the source lengths the task makes, in words (for errors)
 function Task:lengths_text()
   if self.max_len_allowed == math.maxinteger then
-    return string.format("of at least %d", self.min_len_allowed)
+    return string.format("of lengths of at least %d", self.min_len_allowed)
   end
-  return string.format("%d..%d", self.min_len_allowed, self.max_len_allowed)
+  return string.format("of lengths %d..%d", self.min_len_allowed, self.max_len_allowed)
 end
 
 --- compare.register(task) -> task: a task of one's own made reachable by name
