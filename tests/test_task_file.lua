@@ -2,7 +2,8 @@
 -- a task file of at most 30 lines (tests/fixtures/compare_task.lua, the example of
 -- docs/api/compare.md: a task not in datasets/ and a registered score) runs through
 -- scripts/compare.lua with --jobs 2, resumes after kill -9 of compare mid-run, and under
--- mpirun -np 2 gives the same numbers (skipped without mpirun); the registered score is in
+-- mpirun -np 2 gives the same numbers (skipped without mpirun); a --config file lists task
+-- names, task files and task tables of its own; the registered score is in
 -- the table beside the built-in ones; a task without alignments has null alignment accuracy
 -- and its supervised mechanisms are skipped; every record and summary row has every field
 -- (null where there is no value); a changed task file makes new ids and a worker refuses a
@@ -241,6 +242,32 @@ function T.test_under_mpirun_each_rank_loads_the_task_file_and_the_numbers_are_t
   lu.assertStrContains(text, "2 ranks")
   lu.assertStrContains(text, "4 results, 0 failed, 0 not run")
   lu.assertEquals(numbers(d .. "/mpi"), numbers(d .. "/local"))
+end
+
+function T.test_a_config_file_lists_names_task_files_and_task_tables()
+  local d = H.tmpdir()
+  local cfg = d .. "/cfg.lua"
+  H.write_file(cfg, string.format([[
+return {steps = 4, eval_every = 2, train_n = 32, valid_n = 4, test_n = 4, hidden = 8, seeds = 1,
+  test_lengths = "8", mechanisms = "mine/soft", jobs = 2, task_file = %q,
+  tasks = {"swap", {name = "twice", alphabet = "xyz", train_lengths = {3, 6},
+    generate = function(rng, L)
+      local s = {}
+      for i = 1, L do local k = rng:int(1, 3); s[i] = ("xyz"):sub(k, k) end
+      return table.concat(s), table.concat(s) .. table.concat(s)
+    end}}}
+]], FIXTURE))
+  local ok, _, text = run(string.format("%s scripts/compare.lua --config %s --out %s", q(exe()),
+                                        q(cfg), q(d .. "/out")))
+  lu.assertTrue(ok, text)
+  lu.assertStrContains(text, "tasks swap,twice")
+  lu.assertStrContains(text, "2 results, 0 failed, 0 not run")
+  for _, r in pairs(finished(d .. "/out")) do
+    if r.task == "twice" then
+      lu.assertEquals(r.alignment_accuracy, compare.null, "twice has no alignments")
+      lu.assertEquals(#r.config.task_files, 2, "the workers load the config file too")
+    end
+  end
 end
 
 -- ---------------------------------------------------------------------------------------
