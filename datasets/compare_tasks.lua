@@ -7,6 +7,11 @@
 --   sorting   "qdbkd"                          -> "bddkq"        a permutation (stable)
 --   dates     "kq7 w 3 mar 1998 x5z"           -> "1998-03-03"   monotonic, gaps, in noise
 --   lookup    "a3k7c1|ck"  (keys, values, |, queries) -> "17"    non-monotonic, many-to-one
+-- and, outside the default grid (compare.MORE_TASKS), selectable by name:
+--   translit  "quxhhea"                        -> "kwuksea"      monotonic, insertions, deletions
+--   chain     "abcdbc"  (pairs of a chain)     -> "bcd"          one content lookup per step
+-- Tasks of one's own join them by name through compare.register (glimpse.compare's task
+-- files: docs/api/compare.md#your-own-task).
 --
 --   local task = glimpse.data.compare.task("lookup")        -- or compare.lookup{...}
 --   local train = task:train_set(10000, 1)                   -- lengths 5..20 (dates 10..20)
@@ -20,10 +25,13 @@
 --   stable sort (the k-th equal symbol comes from the k-th occurrence);  lookup: the position
 --   of the queried key's value;  dates: year digits -> their source digits, day digits -> the
 --   day's digits; the month's two digits, the day's leading "0" when the source writes one
---   digit, and the two "-" have no single source position: 0.  <end> and padding: 0.
+--   digit, and the two "-" have no single source position: 0.  translit: the source letter
+--   each target letter is written for;  chain: the position of the value of the pair whose
+--   key is the previous output.  <end> and padding: 0.
 local Rng = require "glimpse.data.rng"
 local Vocab = require "glimpse.data.vocab"
 local batches = require "glimpse.data.batches"
+local check = require "glimpse.check"
 local seq2seq = require("glimpse").data.seq2seq
 
 local M = {}
@@ -47,9 +55,11 @@ Set.__index = Set
 M.Set = Set
 
 --- ds:collate(indices) -> Seq2Seq's batch plus align (B,T) aligned with tgt_out (1-based
---- source positions, 0: no single source, <end>, padding).
+--- source positions, 0: no single source, <end>, padding); a task of one's own without
+--- alignments has no align.
 function Set:collate(indices)
   local batch = Seq2Seq.collate(self, indices)
+  if not self.align then return batch end
   local rows = {}
   for k, i in ipairs(indices) do
     local a = self.align[i]
@@ -64,8 +74,6 @@ end
 --- ds:split(k) -> two datasets (the first k examples and the rest), alignments included.
 function Set:split(k)
   local a, b = Seq2Seq.split(self, k)
-  a.align = table.move(self.align, 1, k, 1, {})
-  b.align = table.move(self.align, k + 1, self.n, 1, {})
   return setmetatable(a, Set), setmetatable(b, Set)
 end
 
@@ -138,6 +146,7 @@ local function new_task(name, generate, o, src_chars, tgt_chars)
   end
   return setmetatable({name = name, generate = generate, opts = o, src_vocab = v_src,
                        tgt_vocab = v_tgt, train_lengths = {min_len, max_len},
+                       has_alignments = true, chars = true,
                        min_len_allowed = o.min_len_allowed,
                        max_len_allowed = o.max_len_allowed}, Task)
 end
@@ -347,15 +356,167 @@ function M.lookup(opts)
   return new_task("lookup", gen_lookup, o, o.keys .. o.values .. M.SEPARATOR, o.values)
 end
 
---- compare.task(name, opts) -> compare[name](opts) for name in compare.TASKS.
-function M.task(name, opts)
-  local f = ({reversal = M.reversal, sorting = M.sorting, dates = M.dates,
-              lookup = M.lookup})[name]
-  if not f then
-    error("compare.task: unknown task '" .. tostring(name) .. "' (have " ..
-          table.concat(M.TASKS, ", ") .. ")", 2)
+-- ---------------------------------------------------------------------------------------
+-- transliteration-like copying: monotonic, with insertions and deletions
+
+--- compare.TRANSLIT_RULES: what translit writes for a source letter (every other letter is
+--- copied); a letter equal to the one before it is dropped (doubled letters collapse)
+M.TRANSLIT_RULES = {h = "", c = "k", q = "kw", x = "ks", y = "i"}
+
+local function gen_translit(rng, L, o)
+  local c, out, a = {}, {}, {}
+  for t = 1, L do c[t] = draw(rng, o.symbols) end
+  for t = 1, L do
+    local w = c[t] == c[t - 1] and "" or (o.rules[c[t]] or c[t])
+    for k = 1, #w do out[#out + 1], a[#a + 1] = w:sub(k, k), t end
   end
-  return f(opts)
+  return table.concat(c), table.concat(out), a
 end
 
+--- compare.translit{min_len=5, max_len=20, symbols="abcdehiklmnopqrstuxy"} -> task; the
+--- source's letters written out by compare.TRANSLIT_RULES ("h" silent, "c" -> "k", "q" ->
+--- "kw", "x" -> "ks", "y" -> "i", doubled letters once): "quxhhea" -> "kwuksea".  The
+--- alignment is monotonic, with insertions (two target letters from one source letter)
+--- and deletions (source letters with no target letter): the task monotonic attention is
+--- built for.
+function M.translit(opts)
+  opts = opts or {}
+  local o = {symbols = symbols_opt(opts, "abcdehiklmnopqrstuxy", "translit"),
+             min_len = opts.min_len or 5, max_len = opts.max_len or 20, min_len_allowed = 1,
+             max_len_allowed = math.maxinteger, rules = M.TRANSLIT_RULES}
+  local seen, tgt = {}, {}
+  for i = 1, #o.symbols do
+    local ch = o.symbols:sub(i, i)
+    local w = o.rules[ch] or ch
+    for k = 1, #w do
+      local x = w:sub(k, k)
+      if not seen[x] then seen[x], tgt[#tgt + 1] = true, x end
+    end
+  end
+  table.sort(tgt)
+  return new_task("translit", gen_translit, o, o.symbols, table.concat(tgt))
+end
+
+-- ---------------------------------------------------------------------------------------
+-- following a chain: content addressing from the last output
+
+local function gen_chain(rng, L, o)
+  local m = L // 2
+  local pick = rng:sample(#o.symbols, m + 1)           -- the chain c0 -> c1 -> ... -> cm
+  local c = {}
+  for i = 1, m + 1 do c[i] = o.symbols:sub(pick[i], pick[i]) end
+  local order = {1}                                     -- the pair c0 c1 comes first
+  local rest = {}
+  for i = 2, m do rest[#rest + 1] = i end
+  rng:shuffle(rest)
+  table.move(rest, 1, #rest, 2, order)
+  local src, where = {}, {}
+  for k, i in ipairs(order) do
+    src[2 * k - 1], src[2 * k] = c[i], c[i + 1]
+    where[i] = 2 * k                                    -- pair i's value
+  end
+  if L % 2 == 1 then src[L] = M.FILLER end
+  local tgt, align = {}, {}
+  for i = 1, m do tgt[i], align[i] = c[i + 1], where[i] end
+  return table.concat(src), table.concat(tgt), align
+end
+
+M.FILLER = "."
+
+--- compare.chain{min_len=5, max_len=20, symbols="a".."z".."0".."9"} -> task; the source is a
+--- chain of distinct symbols c0 -> c1 -> ... -> cm written as pairs "c(i-1) c(i)", the pair
+--- of c0 first and the others shuffled (a "." ends an odd length); the target follows the
+--- chain: c1 c2 ... cm.  "ab" "cd" "bc" -> "bcd".  Each output is the value of the pair
+--- whose key is the previous output: one content lookup per step, at a place that jumps
+--- around the source.  L >= 4; at most 2 * (#symbols - 1) + 1 (71).
+function M.chain(opts)
+  opts = opts or {}
+  local o = {symbols = symbols_opt(opts, M.KEYS .. "0123456789", "chain"),
+             min_len = opts.min_len or 5, max_len = opts.max_len or 20, min_len_allowed = 4}
+  if o.symbols:find(M.FILLER, 1, true) then
+    error("compare.chain: symbols must not hold the filler '" .. M.FILLER .. "'", 2)
+  end
+  o.max_len_allowed = 2 * (#o.symbols - 1) + 1
+  return new_task("chain", gen_chain, o, o.symbols .. M.FILLER, o.symbols)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the registry: the shipped tasks by name, and tasks of one's own (glimpse.compare's
+-- define_task turns a task file's table into a task and registers it here)
+
+local SHIPPED = {reversal = M.reversal, sorting = M.sorting, dates = M.dates, lookup = M.lookup,
+                 translit = M.translit, chain = M.chain}
+--- the shipped tasks outside the default grid (compare.TASKS): selectable by name
+M.MORE_TASKS = {"translit", "chain"}
+
+local REGISTERED, REGISTERED_ORDER = {}, {}
+
+--- task:can_make(L) -> whether the task makes sources of length L (test sets, the heatmap)
+function Task:can_make(L)
+  return L >= self.min_len_allowed and L <= self.max_len_allowed
+end
+
+--- task:lengths_text() -> the source lengths the task makes, in words (for errors)
+function Task:lengths_text()
+  if self.max_len_allowed == math.maxinteger then
+    return string.format("of lengths of at least %d", self.min_len_allowed)
+  end
+  return string.format("of lengths %d..%d", self.min_len_allowed, self.max_len_allowed)
+end
+
+--- compare.register(task) -> task: a task of one's own made reachable by name
+--- (compare.task(name), the compare tool's grids).  task: an object with name, train_lengths,
+--- src_vocab, tgt_vocab and the methods of the shipped tasks (make, train_set, test_set,
+--- test_sets, can_make, lengths_text), as glimpse.compare.define_task makes it from a table.
+--- Registering a name again replaces it (a task file loaded twice); a shipped name is refused.
+function M.register(t)
+  if type(t) ~= "table" or type(t.name) ~= "string" or type(t.train_set) ~= "function" then
+    error("compare.register: expected a task (glimpse.compare.define_task makes one from a " ..
+          "table), got " .. type(t), 2)
+  end
+  if SHIPPED[t.name] then
+    error("compare.register: '" .. t.name .. "' is a shipped task's name; choose another", 2)
+  end
+  if not REGISTERED[t.name] then REGISTERED_ORDER[#REGISTERED_ORDER + 1] = t.name end
+  REGISTERED[t.name] = t
+  return t
+end
+
+--- compare.registered() -> the names of the registered tasks, in the order they came
+function M.registered()
+  return table.move(REGISTERED_ORDER, 1, #REGISTERED_ORDER, 1, {})
+end
+
+--- compare.shipped() -> the names of the shipped tasks: compare.TASKS then compare.MORE_TASKS
+function M.shipped()
+  local out = table.move(M.TASKS, 1, #M.TASKS, 1, {})
+  return table.move(M.MORE_TASKS, 1, #M.MORE_TASKS, #out + 1, out)
+end
+
+--- compare.task(name, opts) -> a task by name: a shipped one (compare[name](opts): TASKS,
+--- MORE_TASKS) or a registered one (compare.register; opts must be nil).  An unknown name is an error that
+--- lists the shipped and the registered tasks and suggests the nearest.
+function M.task(name, opts)
+  local f = SHIPPED[name]
+  if f then return f(opts) end
+  local t = REGISTERED[name]
+  if t then
+    if opts ~= nil then
+      error("compare.task: '" .. name .. "' is a task of one's own: it takes no options", 2)
+    end
+    return t
+  end
+  local all = M.shipped()
+  table.move(REGISTERED_ORDER, 1, #REGISTERED_ORDER, #all + 1, all)
+  error(string.format("compare.task: unknown task %s%s (shipped: %s; loaded: %s)",
+                      check.value(name), type(name) == "string" and check.did_you_mean(name, all)
+                      or "", table.concat(M.shipped(), ", "),
+                      #REGISTERED_ORDER > 0 and table.concat(REGISTERED_ORDER, ", ")
+                      or "none (--task-file FILE loads one)"), 2)
+end
+
+--- compare.is_shipped(name) -> whether name is a shipped task's
+function M.is_shipped(name) return SHIPPED[name] ~= nil end
+
 return M
+

@@ -1,22 +1,21 @@
 -- scripts/compare.lua -- attention mechanisms side by side in one command: every mechanism
 -- (score/mode, supervised attention, the RNNenc and Transformer baselines) on every task of
--- datasets/compare_tasks.lua (trained on lengths 5-20, tested up to 50) with several seeds,
--- each configuration on a step budget with a fixed seed in its own worker process, so the
--- same command gives the same table on any machine.  Writes DIR/results.json, results.md and
--- index.html (tables, accuracy-against-length and learning-curve charts, a grid of alignment
--- heatmaps of one test example under every mechanism).  Re-running resumes: finished
--- configurations are kept in DIR/runs/ and skipped.  One compare at a time writes DIR (a
--- lock); Ctrl-C stops the workers, records their runs as interrupted and writes what
--- finished.  Exit status: 0 when every configuration finished, 1 when any failed, 130 after
--- a Ctrl-C.  --seed S: seeds S..S+N-1 (--seeds N); --threads: each worker's threads;
+-- datasets/compare_tasks.lua (trained on lengths 5-20, tested up to 50), or on tasks of
+-- one's own (--task-file FILE, several allowed: docs/api/compare.md#your-own-task), with
+-- several seeds, each configuration on a step budget with a fixed seed in its own worker
+-- process, so the same command gives the same table on any machine.  Writes
+-- DIR/results.json, results.md and index.html (tables, charts, alignment heatmaps).
+-- Re-running resumes (finished configurations are kept in DIR/runs/); one compare at a time
+-- writes DIR (a lock); Ctrl-C stops the workers, records their runs as interrupted and writes
+-- what finished.  Exit status: 0 when every configuration finished, 1 when any failed, 130
+-- after a Ctrl-C.  --seed S: seeds S..S+N-1 (--seeds N); --threads: each worker's threads;
 -- --time-limit: each configuration's time guard (a run it stops counts as failed).
 --
 --   glimpse scripts/compare.lua --quick --out out/compare-quick       (about 2-3 minutes)
 --   glimpse scripts/compare.lua --out out/compare                      (the default grid)
---   glimpse scripts/compare.lua --scores dot,general,additive --modes soft,local-p \
---                               --baselines rnnenc --tasks reversal,lookup --seeds 2
---   glimpse scripts/compare.lua --mechanisms additive/monotonic,transformer-learned
---
+--   glimpse scripts/compare.lua --task-file my_task.lua --quick \
+--                               --mechanisms dot/soft,general/soft,additive/soft,mine/soft
+--   glimpse scripts/compare.lua --mechanisms additive/monotonic,rnnenc --tasks translit,chain
 -- The library under it is glimpse.compare (docs/api/compare.md).
 local glimpse = require "glimpse"
 local experiment, compare, util = glimpse.experiment, glimpse.compare, glimpse.util
@@ -30,7 +29,7 @@ local TASKS = table.concat(glimpse.data.compare.TASKS, ",")
 local parser = experiment.parser("compare", "Compare attention mechanisms on tasks that " ..
                                  "separate them.", {
   steps = compare.DEFAULTS.steps, eval_every = compare.DEFAULTS.eval_every,
-  quick = {steps = 250, mechanisms = QUICK_MECHANISMS, tasks = "reversal", seeds = 2,
+  quick = {steps = 250, mechanisms = QUICK_MECHANISMS, seeds = 2,
            train_n = 3000, valid_n = 100, test_n = 50, test_lengths = "10,30,50",
            eval_every = 100}})
 experiment.add_flags(parser, compare.grid_options, GRID, {
@@ -42,12 +41,16 @@ experiment.add_flags(parser, compare.grid_options, GRID, {
                                     table.concat(glimpse.attention.MODES, ",")},
   baselines = {default = "rnnenc,transformer",
                help = "with --scores: comma list of rnnenc, transformer, transformer-learned"},
-  tasks = {default = TASKS, help = "comma list: " .. TASKS},
+  tasks = {help = "comma list of tasks (" .. TASKS .. ", " ..
+                  table.concat(glimpse.data.compare.MORE_TASKS, ",") .. ") or task files " ..
+                  "(default: the --task-file tasks, else " .. TASKS .. "; --quick: reversal)"},
   seeds = {help = "seeds per configuration (1..N)"}})
 experiment.add_flags(parser, compare.run_options, {"jobs"},
                      {jobs = {help = "worker processes (default: one per core)"}})
 experiment.add_flags(parser, compare.settings_options, SETTINGS)
 parser:option("--test-lengths", "comma list of test source lengths", "10,20,30,40,50")
+parser:option("--task-file", "a Lua file defining tasks (and scores) of one's own; " ..
+              "several allowed"):count("*")
 parser:flag("--report-only", "run nothing: write the outputs from the configurations " ..
             "finished so far in --out")
 local args = experiment.parse(parser)
@@ -63,6 +66,13 @@ if not ok then parser:error(glimpse.check.strip(settings)) end
 
 local o = compare.grid_options:from_args(args, GRID)
 if not o.mechanisms and not o.scores then o.mechanisms = compare.MECHANISMS end
+-- task files: --task-file (task_file in --config), and --config itself when its tasks list
+-- holds task tables (the workers load them from it)
+o.task_files = type(args.task_file) == "string" and {args.task_file} or args.task_file or {}
+for i, t in ipairs(type(o.tasks) == "table" and o.tasks or {}) do
+  if type(t) == "table" then o.tasks[i], o.task_files[#o.task_files + 1] = t.name, args.config end
+end
+if not o.tasks and #o.task_files == 0 and args.quick then o.tasks = "reversal" end
 o.settings = settings
 o.seeds = {}                                  -- --seeds N from --seed: seed .. seed + N - 1
 for i = 1, args.seeds do o.seeds[i] = args.seed + i - 1 end
@@ -76,8 +86,9 @@ if #configs == 0 then
 end
 -- under mpirun each rank runs its share of the grid on one worker; rank 0 writes and prints
 local rank, ranks = glimpse.dist.init()
-for _, s in ipairs(skipped) do
-  if rank == 0 then print(string.format("compare: skipping %s: %s", s.mechanism, s.reason)) end
+for _, s in ipairs(rank == 0 and skipped or {}) do
+  print(string.format("compare: skipping %s%s: %s", s.mechanism, s.task and " on " .. s.task or "",
+                      s.reason))
 end
 local jobs = args.jobs or compare.cores()
 if ranks > 1 then jobs = 1 end
@@ -86,9 +97,13 @@ local threads = args.threads > 0 and args.threads or 1
 
 util.mkdir_p(args.out)
 local run = experiment.start(args, {name = "compare", config = settings, quiet = true})
+local tasks, seen = {}, {}                    -- the grid's tasks, in order
+for _, c in ipairs(configs) do
+  if not seen[c.task] then seen[c.task], tasks[#tasks + 1] = true, c.task end
+end
 if rank == 0 then
   print(string.format("compare: %d configurations (tasks %s, seeds %d..%d), %d steps each, %s, " ..
-                      "%d thread%s each, out %s", #configs, args.tasks, args.seed,
+                      "%d thread%s each, out %s", #configs, table.concat(tasks, ","), args.seed,
                       args.seed + args.seeds - 1, args.steps,
                       ranks > 1 and ranks .. " ranks" or jobs .. " jobs", threads,
                       threads == 1 and "" or "s", args.out))
@@ -105,7 +120,7 @@ if not rows then return end                    -- another MPI rank: rank 0 write
 run:write_run_json({configurations = #configs, failed = #failures, interrupted = interrupted})
 
 -- the table's extremes on the long lengths: how far apart the mechanisms are
-for _, task in ipairs(glimpse.data.compare.TASKS) do
+for _, task in ipairs(tasks) do
   local best, worst
   for _, r in ipairs(rows) do
     if r.task == task and r.long_accuracy_mean then

@@ -3,7 +3,9 @@
 -- another seed other data; test sets have exactly their length and training sets stay in
 -- 5..20; the true alignment reproduces the target (each aligned target character is the
 -- source character at its position, and copy tasks align every character); the task's
--- vocabularies are shared by its train and test sets; collate's shapes and padding.
+-- vocabularies are shared by its train and test sets; collate's shapes and padding.  The
+-- tasks outside the default grid: translit is monotonic with insertions and deletions,
+-- chain's outputs each look up the pair keyed by the previous one; both run through compare.
 local lu = require "luaunit"
 local glimpse = require "glimpse"
 local compare = glimpse.data.compare
@@ -170,6 +172,73 @@ function T.test_collate_returns_alignment_shaped_like_the_targets()
     lu.assertEquals(head.n, 3)
     lu.assertEquals(tail.align[1], ds.align[4])
     lu.assertEquals(tail:collate({1}).align.shape[1], 1)
+  end
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the tasks outside the default grid: translit (monotonic) and chain (content lookups)
+
+function T.test_more_tasks_are_deterministic_and_their_alignment_rebuilds_the_target()
+  for _, name in ipairs(compare.MORE_TASKS) do
+    local task = compare.task(name)
+    lu.assertEquals(task:train_set(N, 3).src, compare.task(name):train_set(N, 3).src, name)
+    for L, ds in pairs(task:test_sets({10, 50}, N, 2)) do
+      for i = 1, ds.n do lu.assertEquals(#ds.src[i], L, name) end
+    end
+  end
+  -- chain: every target symbol is the source symbol at its position, one per pair
+  local ch = compare.chain():test_set(40, N, 1)
+  check_alignment(ch, "chain", true)
+  for i = 1, ch.n do
+    lu.assertEquals(#ch.tgt[i], 20)
+    lu.assertEquals(ch.align[i][1], 2, "the first pair starts the chain")
+    lu.assertEquals(ch.tgt[i]:sub(1, 1), ch.src[i]:sub(2, 2))
+    for t = 2, #ch.tgt[i] do                          -- the key of output t is output t - 1
+      lu.assertEquals(ch.src[i]:sub(ch.align[i][t] - 1, ch.align[i][t] - 1), ch.tgt[i]:sub(t - 1, t - 1))
+    end
+  end
+  lu.assertEquals(compare.chain():test_set(11, 1, 1).src[1]:sub(11), compare.FILLER)
+end
+
+function T.test_translit_is_monotonic_with_insertions_and_deletions()
+  local ds = compare.translit():test_set(50, N, 1)
+  local inserted, deleted = false, false
+  for i = 1, ds.n do
+    local a, src, tgt = ds.align[i], ds.src[i], ds.tgt[i]
+    local used = {}
+    for t = 1, #a do
+      lu.assertTrue(a[t] >= 1, "every letter comes from a source letter")
+      if t > 1 then lu.assertTrue(a[t] >= a[t - 1], "monotonic") end
+      if t > 1 and a[t] == a[t - 1] then inserted = true end
+      used[a[t]] = true
+      local ch = src:sub(a[t], a[t])
+      local w = compare.TRANSLIT_RULES[ch] or ch
+      lu.assertStrContains(w, tgt:sub(t, t))
+    end
+    for p = 1, #src do if not used[p] then deleted = true end end
+  end
+  lu.assertTrue(inserted and deleted)
+  -- "quxhhea" -> "kwuksea": q -> kw, x -> ks, h silent (twice), doubled letters once
+  local o = compare.translit().opts
+  local seq = "quxhhea"
+  local k = 0
+  local rng = {int = function() k = k + 1; return o.symbols:find(seq:sub(k, k), 1, true) end}
+  local src, tgt, al = compare.translit().generate(rng, #seq, o)
+  lu.assertEquals({src, tgt}, {"quxhhea", "kwuksea"})
+  lu.assertEquals(al, {1, 1, 2, 3, 3, 6, 7})
+end
+
+function T.test_more_tasks_run_through_compare_on_a_tiny_budget()
+  local s = glimpse.compare.settings{steps = 3, eval_every = 3, train_n = 16, valid_n = 4,
+                                     test_n = 4, test_lengths = {6, 12}, heatmap_length = 6,
+                                     hidden = 8, attn_hidden = 4, emb = 4, batch = 4}
+  local configs = glimpse.compare.grid{tasks = "translit,chain", seeds = 1, settings = s,
+                                       mechanisms = "additive/monotonic,dot/soft"}
+  lu.assertEquals(#configs, 4)
+  for _, c in ipairs(configs) do
+    local r = glimpse.compare.run_config(c)
+    lu.assertEquals(#r.accuracy_by_length, 2, c.id)
+    lu.assertNotNil(r.alignment_accuracy, c.id)
   end
 end
 

@@ -6,7 +6,8 @@
 -- and recipe was chosen, with the speeds they rest on: docs/experiments/reproduce.md.
 local M = {}
 
-local function pct(x) return x and string.format("%.1f%%", 100 * x) or nil end
+-- a fraction as a percentage, nil for none (nil, or JSON null in compare's results.json)
+local function pct(x) return type(x) == "number" and string.format("%.1f%%", 100 * x) or nil end
 
 -- v = {full=, quick=, tiny=} -> the value of a mode
 local function by(mode, v) return v[mode] end

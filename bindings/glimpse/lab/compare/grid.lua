@@ -1,12 +1,15 @@
 --- glimpse.compare's grid (part of glimpse.compare; compare/init.lua publishes it): the
 -- settings every configuration shares, the mechanism names, the configurations (mechanism x
 -- task x seed) with the pairs a model refuses set aside, and a process's shard of them.
+-- Tasks of one's own come from task files (compare/tasks.lua), which every configuration
+-- names with their digests, so that its worker loads the same ones.
 local check = require "glimpse.check"
 local options = require "glimpse.options"
 local att = require "glimpse.attention"
 local models = require "glimpse.models"
 local util = require "glimpse.util"
 local tasks = require("glimpse").data.compare
+local own = require "glimpse.lab.compare.tasks"
 
 local G = {}
 
@@ -86,11 +89,13 @@ function G.settings_key(s)
   return util.json_encode(plain(s))
 end
 
---- compare.settings_hash(settings) -> 8 hex digits of a 64-bit FNV-1a hash of settings_key:
---- the tail of every configuration's id, so a changed setting makes new ids (and new
---- runs/<id>.json files) instead of overwriting the records made with the old one
-function G.settings_hash(s)
+--- compare.settings_hash(settings [, task_files]) -> 8 hex digits of a 64-bit FNV-1a hash of
+--- settings_key (and, with task files, of their digests): the tail of every configuration's
+--- id, so a changed setting or a changed task file makes new ids (and new runs/<id>.json
+--- files) instead of overwriting the records made with the old one
+function G.settings_hash(s, files)
   local text = G.settings_key(s)
+  for _, f in ipairs(files or {}) do text = text .. "\n" .. tostring(f.digest) end
   local h = -3750763034362895579                   -- 0xcbf29ce484222325 (FNV-1a offset)
   for i = 1, #text do
     h = (h ~ text:byte(i)) * 1099511628211         -- wraps modulo 2^64
@@ -104,7 +109,11 @@ G.GRID = options.declare("compare.grid", {
   {"scores", "table|string", {"additive"}, help = "without mechanisms: scores x modes"},
   {"modes", "table|string", {"soft"}, help = "without mechanisms: scores x modes"},
   {"baselines", "table|string", {}, help = "without mechanisms: names added to scores x modes"},
-  {"tasks", "table|string", nil, help = "task names (default every task of data.compare)"},
+  {"tasks", "table|string", nil,
+   help = "task names or task files (*.lua) (default: the task files' tasks, else " ..
+          "data.compare.TASKS)"},
+  {"task_files", "table|string", nil,
+   help = "task files to load (their tasks and scores; every worker loads them too)"},
   {"seeds", "int|table", 3, range = {1}, help = "a count (seeds 1..n) or a list of seeds"},
   {"settings", "table", nil, help = "what every configuration shares (compare.settings())"},
 })
@@ -155,18 +164,78 @@ local function list_of(v)
   return t
 end
 
---- compare.grid{mechanisms= | scores=, modes=, baselines=, tasks=, seeds=3 | {list},
----   settings=} -> configs, skipped.  The options are compare.grid_options.
+-- a task list entry that names a task file rather than a task
+local function is_file(t) return type(t) == "string" and (t:match("%.lua$") or t:find("/")) end
+
+-- the task files of a grid (o.task_files and the file entries of o.tasks), loaded: the
+-- task names to run and {path=, digest=} per file (in the order given, each once)
+local function load_files(o)
+  local files, names, seen = {}, {}, {}
+  local given = list_of(o.tasks or {})
+  local paths = list_of(o.task_files or {})
+  for _, t in ipairs(given) do
+    if is_file(t) then paths[#paths + 1] = t end
+  end
+  local file_tasks = {}
+  for _, p in ipairs(paths) do
+    if type(p) ~= "string" then
+      check.fail(3, "compare.grid: task_files must be paths, got %s", check.value(p))
+    end
+    local info = own.load_task_file(p)
+    if not seen[info.path] then
+      seen[info.path] = true
+      files[#files + 1] = {path = info.path, digest = info.digest}
+    end
+    for _, n in ipairs(info.tasks) do file_tasks[#file_tasks + 1] = n end
+  end
+  for _, t in ipairs(given) do
+    if is_file(t) then
+      for _, n in ipairs(own.load_task_file(t).tasks) do names[#names + 1] = n end
+    else
+      names[#names + 1] = t
+    end
+  end
+  if o.tasks == nil then
+    names = #file_tasks > 0 and file_tasks or table.move(tasks.TASKS, 1, #tasks.TASKS, 1, {})
+  end
+  return names, files
+end
+
+-- the settings of one task's configurations: a task of one's own with test lengths is
+-- tested at them, and its heatmap is of the test length nearest the settings' heatmap_length
+local function task_settings(task, s)
+  if not task.own then return s end
+  local ts = G.settings(plain(s))
+  local tl = task.test_lengths
+  if tl then ts.test_lengths = table.move(tl, 1, #tl, 1, {}) end
+  local best = ts.test_lengths[1]
+  for _, L in ipairs(ts.test_lengths) do
+    if math.abs(L - ts.heatmap_length) < math.abs(best - ts.heatmap_length) then best = L end
+  end
+  if tl or not task:can_make(ts.heatmap_length) then ts.heatmap_length = best end
+  return ts
+end
+
+--- compare.grid{mechanisms= | scores=, modes=, baselines=, tasks=, task_files=, seeds=3 |
+---   {list}, settings=} -> configs, skipped.  The options are compare.grid_options.
 -- configs: one table per (task, mechanism, seed) in that order, with id
--- (task.mechanism.s<seed>.<settings hash>), task, mechanism, kind, score, mode, supervise,
--- positions, seed and settings.  skipped: {mechanism=, reason=} for the pairs the model
--- refuses (e.g. location mode with the dot score).  No mechanisms, no tasks, no seeds or a
--- test length a task cannot make is an error (an empty grid writes nothing).
+-- (task.mechanism.s<seed>.<hash of the settings and the task files' digests>), task,
+-- mechanism, kind, score, mode, supervise, positions, seed, settings, train_lengths and,
+-- with task files, task_files ({path=, digest=} each: every worker loads them before it
+-- runs).  tasks: names, or task files (*.lua) standing for the tasks they define; without
+-- tasks, the task files' tasks (or data.compare.TASKS when they define none).  A task of
+-- one's own with test_lengths is tested at them (its configurations' settings say so).
+-- skipped: {mechanism=, reason=[, task=]} for the pairs the model refuses (e.g. location
+-- mode with the dot score) and the supervised mechanisms of a task without alignments.  No
+-- mechanisms, no tasks, no seeds, an unknown task or score, a score registered outside the
+-- task files (the workers would not know it), or a test length a task cannot make is an
+-- error (an empty grid writes nothing).
 function G.grid(user)
   if type(user) ~= "table" then check.fail(2, "compare.grid: expected an options table") end
   local o = G.GRID:check(user, 2)
   -- settings read back from JSON (800.0 for 800) are the same settings
   local s = o.settings and G.settings(plain(o.settings)) or G.settings({})
+  local task_names, files = load_files(o)
   local names = {}
   if o.mechanisms then
     names = list_of(o.mechanisms)
@@ -191,39 +260,53 @@ function G.grid(user)
     seeds[i] = math.tointeger(tonumber(seed))
     if not seeds[i] then check.fail(2, "compare.grid: seeds must be integers, got %s", check.value(seed)) end
   end
-  local task_names = list_of(o.tasks or tasks.TASKS)
   if #task_names == 0 then check.fail(2, "compare.grid: no tasks (an empty list)") end
+  local task_of, settings_of = {}, {}
   for _, t in ipairs(task_names) do
-    local task = tasks.task(t)                                   -- unknown task: an error
-    local lo, hi = task.min_len_allowed or 1, task.max_len_allowed or math.maxinteger
-    for _, L in ipairs({s.heatmap_length, table.unpack(s.test_lengths)}) do
-      if L < lo or L > hi then
-        check.fail(2, "compare.grid: task '%s' makes sources of lengths %s, not %d " ..
-                   "(test_lengths or heatmap_length)", t, hi == math.maxinteger and
-                   string.format("of at least %d", lo) or string.format("%d..%d", lo, hi), L)
+    local ok, task = pcall(tasks.task, t)                        -- unknown task: an error
+    if not ok then check.fail(2, "%s", check.strip(task)) end
+    local ts = task_settings(task, s)
+    for _, L in ipairs({ts.heatmap_length, table.unpack(ts.test_lengths)}) do
+      if not task:can_make(L) then
+        check.fail(2, "compare.grid: task '%s' makes sources %s, not %d " ..
+                   "(test_lengths or heatmap_length)", t, task:lengths_text(), L)
       end
     end
+    task_of[t], settings_of[t] = task, ts
   end
   local mechs, skipped, seen = {}, {}, {}
   for _, n in ipairs(names) do
     if not seen[n] then
       seen[n] = true
       local m = G.parse_mechanism(n)
+      if m.kind == "rnn" and att.is_registered_score(m.score) and not own.score_file(m.score) then
+        check.fail(2, "compare.grid: the score '%s' was registered in this process, not by a " ..
+                   "task file: the worker processes would not know it; register it in a task " ..
+                   "file (task_files, --task-file)", m.score)
+      end
       local why = invalid(m, s)
       if why then skipped[#skipped + 1] = {mechanism = n, reason = why}
       else mechs[#mechs + 1] = m end
     end
   end
-  local hash = G.settings_hash(s)
   local configs = {}
   for _, t in ipairs(task_names) do
+    local task, ts = task_of[t], settings_of[t]
+    local hash = G.settings_hash(ts, files)
     for _, m in ipairs(mechs) do
-      for _, seed in ipairs(seeds) do
-        configs[#configs + 1] = {
-          id = string.format("%s.%s.s%d.%s", t, m.name:gsub("[/+]", "-"), seed, hash),
-          task = t, mechanism = m.name, kind = m.kind, score = m.score, mode = m.mode,
-          supervise = m.supervise or false, positions = m.positions, seed = seed,
-          settings = s}
+      if m.supervise and task.has_alignments == false then
+        skipped[#skipped + 1] = {mechanism = m.name, task = t,
+                                 reason = "supervised attention needs alignments; task '" .. t ..
+                                          "' has none"}
+      else
+        for _, seed in ipairs(seeds) do
+          configs[#configs + 1] = {
+            id = string.format("%s.%s.s%d.%s", t, m.name:gsub("[/+]", "-"), seed, hash),
+            task = t, mechanism = m.name, kind = m.kind, score = m.score, mode = m.mode,
+            supervise = m.supervise or false, positions = m.positions, seed = seed,
+            settings = ts, train_lengths = {task.train_lengths[1], task.train_lengths[2]},
+            task_files = #files > 0 and files or nil}
+        end
       end
     end
   end

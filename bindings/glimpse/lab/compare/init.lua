@@ -7,9 +7,12 @@
 --                                         tasks = {"reversal"}, seeds = 2, settings = s}
 --   compare.run{configs = configs, out = "out/compare", jobs = 2}   -- resumable
 --
--- The parts: compare/grid.lua (settings, mechanisms, grid, shard), measure.lua (run_config),
--- records.lua (what a runs/<id>.json must hold: validate, inspect), lock.lua (one compare per
--- output folder), scheduler.lua (pending, run_local, work, gather), summary.lua, page.lua
+--   compare.grid{task_files = {"my_task.lua"}, mechanisms = "dot/soft,mine/soft"}  -- one's own
+--
+-- The parts: compare/grid.lua (settings, mechanisms, grid, shard), tasks.lua (the task
+-- contract: define_task, register_task, task files), measure.lua (run_config), records.lua
+-- (what a runs/<id>.json must hold: validate, inspect), lock.lua (one compare per output
+-- folder), scheduler.lua (pending, run_local, work, gather), summary.lua, page.lua
 -- (markdown, write).
 -- The options of settings, grid, run and run_local are compare.<name>_options.
 local check = require "glimpse.check"
@@ -22,6 +25,7 @@ local summary = require "glimpse.lab.compare.summary"
 local page = require "glimpse.lab.compare.page"
 local records = require "glimpse.lab.compare.records"
 local lock = require "glimpse.lab.compare.lock"
+local own = require "glimpse.lab.compare.tasks"
 
 local M = {}
 
@@ -44,6 +48,14 @@ M.run_local, M.run_local_options, M.gather = scheduler.run_local, scheduler.RUN_
                                              scheduler.gather
 M.summarise = summary.summarise
 M.markdown, M.charts, M.write = page.markdown, page.charts, page.write
+M.write_meta, M.heatmap_options = page.write_meta, page.heatmap_options
+M.define_task, M.register_task, M.load_task_file = own.define_task, own.register_task,
+                                                   own.load_task_file
+M.ensure_task_files, M.score_file, M.digest = own.ensure_task_files, own.score_file, own.digest
+M.TASK_FIELDS = own.SPEC_FIELDS
+M.RECORD_FIELDS, M.OPTIONAL_FIELDS, M.ROW_FIELDS = records.FIELDS, records.OPTIONAL,
+                                                   summary.ROW_FIELDS
+M.complete, M.null = records.complete, records.null
 
 --- compare.DEFAULTS: the settings' defaults (compare.settings_options holds them with their
 --- types, ranges and help)

@@ -8,6 +8,7 @@ local models = require "glimpse.models"
 local train = require "glimpse.lab.train"
 local experiment = require "glimpse.lab.experiment"
 local tasks = require("glimpse").data.compare
+local own = require "glimpse.lab.compare.tasks"
 
 local R = {}
 
@@ -35,18 +36,21 @@ local function all_indices(n, from, to)
 end
 
 -- alignment accuracy, entropy and local-p's centre error of a model on a dataset, under
--- teacher forcing: over the target steps with a true source position (align > 0)
+-- teacher forcing: over the target steps with a true source position (align > 0); a task
+-- without alignments gives the entropy alone, over every target step
 local function alignment_stats(model, ds, acc)
   for s = 1, ds.n, 100 do
     local b = ds:collate(all_indices(ds.n, s, s + 99))
     local alpha, centres = model:alignments(b)
     if not alpha then return acc end
-    local a, al = alpha:totable(), b.align:totable()
+    local a = alpha:totable()
+    local al = b.align and b.align:totable()
+    local mask = b.tgt_mask:totable()
     local cs = centres and centres:totable()
-    for i = 1, #al do
-      for t = 1, #al[i] do
-        local j = al[i][t]
-        if j > 0 then
+    for i = 1, #a do
+      for t = 1, #mask[i] do
+        local j = al and al[i][t] or (mask[i][t] > 0 and -1 or 0)
+        if j ~= 0 then
           local row, best, bj, H = a[i][t], -1, 0, 0
           for k = 1, #row do
             local p = row[k]
@@ -54,15 +58,28 @@ local function alignment_stats(model, ds, acc)
             if p > 0 then H = H - p * math.log(p) end
           end
           acc.n = acc.n + 1
-          if bj == math.tointeger(j) then acc.right = acc.right + 1 end
           acc.entropy = acc.entropy + H
-          if cs then acc.centre = acc.centre + math.abs(cs[i][t] - j) end
+          if j > 0 then
+            acc.aligned = acc.aligned + 1
+            if bj == math.tointeger(j) then acc.right = acc.right + 1 end
+            if cs then acc.centre = acc.centre + math.abs(cs[i][t] - j) end
+          end
         end
       end
     end
     acc.has_centres = acc.has_centres or cs ~= nil
   end
   return acc
+end
+
+-- a dataset's example i as tokens: its token lists (a task of one's own) or its characters
+-- (a space shown as "_")
+local function tokens(ds, side, i)
+  local list = ds[side .. "_tokens"]
+  if list then return table.move(list[i], 1, #list[i], 1, {}) end
+  local out = {}
+  for ch in ds[side][i]:gmatch(".") do out[#out + 1] = (side == "src" and ch == " ") and "_" or ch end
+  return out
 end
 
 -- the alignment map of example 1 of a test set: rows = target steps (with <end>)
@@ -75,11 +92,9 @@ local function heatmap(model, ds, c)
   local rows = {}
   local a = alpha:totable()[1]
   for t = 1, T do rows[t] = table.move(a[t], 1, S, 1, {}) end
-  local src, tgt = {}, {}
-  for ch in ds.src[1]:gmatch(".") do src[#src + 1] = ch == " " and "_" or ch end
-  for ch in ds.tgt[1]:gmatch(".") do tgt[#tgt + 1] = ch end
+  local tgt = tokens(ds, "tgt", 1)
   tgt[#tgt + 1] = "<end>"
-  return {alpha = rows, src = src, tgt = tgt, mechanism = c.mechanism}
+  return {alpha = rows, src = tokens(ds, "src", 1), tgt = tgt, mechanism = c.mechanism}
 end
 
 --- compare.run_config(config) -> record: trains config's model on its step budget (seeded by
@@ -88,7 +103,10 @@ end
 --- validation set), steps_to_90 / steps_to_99, alignment_accuracy, attention_entropy,
 --- centre_error (local-p), ms_per_step (wall clock) and cpu_ms_per_step (CPU time: what a
 --- loaded machine does not change), params, train_seconds, wall_seconds, cpu_seconds (the
---- process's CPU time for the configuration), heatmap (first seed).
+--- process's CPU time for the configuration), heatmap (first seed).  A field without a value
+--- (steps_to_90 never reached, alignment_accuracy of a task without alignments...) is nil
+--- here and null in runs/<id>.json (compare.RECORD_FIELDS).  config.task_files are loaded
+--- first (compare.ensure_task_files).
 --- opts.time_limit: the Trainer's time guard in seconds (a run it stops is an error: its
 --- numbers are not the budget's).  A Ctrl-C during training gives {interrupted = true, id=,
 --- steps=, config=} instead, with nothing evaluated: an interrupted run is never a record.
@@ -106,6 +124,7 @@ function R.run_config(c, opts)
   end
   c = check.integers(c)               -- a configuration read from JSON has 4000.0 for 4000
   local s = c.settings
+  own.ensure_task_files(c.task_files)  -- its tasks and scores, as the grid had them
   local task = tasks.task(c.task)
   local train_set = task:train_set(s.train_n, s.data_seed + c.seed - 1)
   local lo, hi = task.train_lengths[1], task.train_lengths[2]
@@ -152,16 +171,18 @@ function R.run_config(c, opts)
     if not r.steps_to_90 and e.accuracy >= 0.9 then r.steps_to_90 = e.step end
     if not r.steps_to_99 and e.accuracy >= 0.99 then r.steps_to_99 = e.step end
   end
-  local acc = {n = 0, right = 0, entropy = 0, centre = 0}
+  local acc = {n = 0, aligned = 0, right = 0, entropy = 0, centre = 0}
   for _, L in ipairs(s.test_lengths) do
     local e = models.eval.sequence_accuracy(model, tests[L], {bleu = false})
     r.accuracy_by_length[#r.accuracy_by_length + 1] = {length = L, exact = e.exact, token = e.token}
     alignment_stats(model, tests[L], acc)
   end
   if c.kind ~= "rnnenc" and acc.n > 0 then
-    r.alignment_accuracy = acc.right / acc.n
     r.attention_entropy = acc.entropy / acc.n
-    if acc.has_centres then r.centre_error = acc.centre / acc.n end
+    if acc.aligned > 0 then
+      r.alignment_accuracy = acc.right / acc.aligned
+      if acc.has_centres then r.centre_error = acc.centre / acc.aligned end
+    end
   end
   local hl = s.heatmap_length
   local hm_set = tests[hl] or task:test_set(hl, 1, s.data_seed)

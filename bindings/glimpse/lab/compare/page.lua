@@ -4,6 +4,8 @@
 local util = require "glimpse.util"
 local report = require "glimpse.lab.report"
 local viz = require "glimpse.plot.viz"
+local records = require "glimpse.lab.compare.records"
+local summary = require "glimpse.lab.compare.summary"
 
 local P = {}
 
@@ -93,58 +95,107 @@ function P.charts(rows, task)
                     xlabel = "step", ylabel = "exact accuracy", ymin = 0, ymax = 1}}}
 end
 
---- compare.write(dir, rows, records, {skipped=, failures=, missing=, command=, seconds=,
---- jobs=, interrupted=}) -> paths: results.json, results.md, index.html (SVG charts inline) and
---- heatmaps/*.png
-function P.write(dir, rows, records, meta)
-  meta = meta or {}
+--- the heatmaps on the page: 2x text (8 px glyphs at scale 2: 16 px rows), cells at least
+--- this many px (so row labels never overlap) and a map at least HEATMAP_MIN_GRID px wide
+P.HEATMAP_SCALE, P.HEATMAP_CELL, P.HEATMAP_MIN_GRID = 2, 18, 260
+
+--- compare.heatmap_options(heatmap) -> viz.alignment's options for a record's heatmap
+--- {alpha, src, tgt}: cells of at least HEATMAP_CELL px, wide enough that the picture is at
+--- least 320 px wide, labels at twice the font's size
+function P.heatmap_options(h, title)
+  local S = math.max(1, #h.src)
+  return {title = title, scale = P.HEATMAP_SCALE,
+          cell = math.max(P.HEATMAP_CELL, math.ceil(P.HEATMAP_MIN_GRID / S))}
+end
+
+--- compare.write_meta(records, meta) -> meta with its defaults filled in: command (this
+--- script's command line), seconds (the sum of the records' wall_seconds: one process
+--- running them one after another), jobs (1), cpu_seconds (the sum of the records'), date
+--- (UTC), configurations (#records), interrupted (false), skipped, failures, missing ({})
+function P.write_meta(records_, meta)
+  local m = {}
+  for k, v in pairs(meta or {}) do m[k] = v end
+  local wall, cpu, timed = 0, 0, 0
+  for _, r in ipairs(records_) do
+    wall = wall + (tonumber(r.wall_seconds) or 0)
+    if tonumber(r.cpu_seconds) then cpu, timed = cpu + r.cpu_seconds, timed + 1 end
+  end
+  if m.command == nil then m.command = util.command_line() end
+  if m.seconds == nil then m.seconds, m.seconds_from = wall, "records" end
+  if m.jobs == nil then m.jobs = 1 end
+  m.cpu_seconds, m.cpu_timed = cpu, timed
+  m.date = m.date or os.date("!%Y-%m-%d %H:%M UTC")
+  m.configurations = #records_
+  m.interrupted = m.interrupted or false
+  m.skipped, m.failures, m.missing = m.skipped or {}, m.failures or {}, m.missing or {}
+  return m
+end
+
+--- compare.write(dir, rows, records, meta) -> paths: results.json, results.md, index.html (SVG
+--- charts inline) and heatmaps/*.png.  meta (every field optional, compare.write_meta fills
+--- them in): command (the command line shown on the page; default this script's),
+--- seconds (the wall time of the run; default the sum of the records' wall_seconds), jobs
+--- (worker processes; default 1), skipped ({mechanism=, reason=[, task=]}), failures
+--- ({id=, error=}), missing (ids), interrupted (boolean).  results.json holds the rows
+--- (every field of compare.ROW_FIELDS, null where there is no value) and the meta fields,
+--- with cpu_seconds, date and configurations.
+function P.write(dir, rows, records_, meta)
+  meta = P.write_meta(records_, meta)
   util.mkdir_p(dir .. "/heatmaps")
-  util.write_json(dir .. "/results.json", {results = rows, skipped = meta.skipped or {},
-                                           failures = meta.failures or {},
-                                           missing = meta.missing or {},
-                                           command = meta.command, seconds = meta.seconds,
-                                           jobs = meta.jobs, interrupted = meta.interrupted or nil},
+  local full = {}
+  for i, r in ipairs(rows) do full[i] = records.complete(r, summary.ROW_FIELDS) end
+  util.write_json(dir .. "/results.json", {results = full, skipped = meta.skipped,
+                                           failures = meta.failures, missing = meta.missing,
+                                           command = meta.command or records.null,
+                                           seconds = meta.seconds, jobs = meta.jobs,
+                                           cpu_seconds = meta.cpu_seconds, date = meta.date,
+                                           configurations = meta.configurations,
+                                           interrupted = meta.interrupted},
                   {indent = 1})
   util.write_text(dir .. "/results.md", P.markdown(rows, meta))
   local page = report.Page{title = "glimpse compare: attention mechanisms"}
   if meta.command then page:pre(meta.command) end
-  local cpu, timed = 0, 0
-  for _, r in ipairs(records) do
-    if r.cpu_seconds then cpu, timed = cpu + r.cpu_seconds, timed + 1 end
-  end
-  page:paragraph(string.format("%d configurations, %s seconds of wall time with %s worker " ..
-                               "processes (this call; %.0f CPU seconds over the %d configurations " ..
-                               "that recorded it). Accuracy is greedy decoding on held-out sets " ..
-                               "at each test length (training lengths 5-20); mean ± std over " ..
-                               "seeds.", #records,
-                               meta.seconds and string.format("%.0f", meta.seconds) or "?",
-                               tostring(meta.jobs or "?"), cpu, timed))
+  page:paragraph(string.format("%d configurations, %.0f seconds of wall time %s with %d " ..
+                               "worker process%s (%.0f CPU seconds over the %d configurations " ..
+                               "that recorded it), %s. Accuracy is greedy decoding on held-out " ..
+                               "sets at each test length; mean ± std over seeds.", #records_,
+                               meta.seconds, meta.seconds_from == "records" and
+                               "(the configurations' own, one after another)" or "(this call)",
+                               meta.jobs, meta.jobs == 1 and "" or "es", meta.cpu_seconds,
+                               meta.cpu_timed, meta.date))
   local order, groups = by_task(rows)
   for _, t in ipairs(order) do
     local g = groups[t]
     page:heading("Task: " .. t)
+    local tl, tests, aligned = g[1].train_lengths or {5, 20}, {}, false
+    for _, e in ipairs(g[1].accuracy_by_length) do tests[#tests + 1] = tostring(e.length) end
+    for _, r in ipairs(g) do aligned = aligned or r.alignment_accuracy ~= nil end
+    page:paragraph(string.format("Trained on sources of length %d-%d, tested at lengths %s.%s",
+                                 tl[1], tl[2], table.concat(tests, ", "), aligned and "" or
+                                 " No alignment accuracy: the task has no true alignments " ..
+                                 "(or no mechanism here attends)."))
     page:table(table_rows(g), {header = true})
     for _, ch in ipairs(P.charts(g, t)) do page:chart(ch[1], ch[2]) end
     local pics = {}
-    for _, rec in ipairs(records) do
-      if rec.task == t and rec.heatmap and rec.seed == rows[1].seeds[1] then
+    for _, rec in ipairs(records_) do
+      if rec.task == t and rec.heatmap and rec.seed == g[1].seeds[1] then
         local h = rec.heatmap
         local name = string.format("heatmaps/%s.png", rec.id)
         viz.alignment(h.alpha, h.src, h.tgt, dir .. "/" .. name,
-                      {title = rec.mechanism, cell = 8, scale = 1})
+                      P.heatmap_options(h, rec.mechanism))
         pics[#pics + 1] = {path = name, caption = rec.mechanism}
       end
     end
     if #pics > 0 then
       page:heading(string.format("Alignments of one test example (seed %d)",
-                                 math.floor(rows[1].seeds[1])), 3)
-      page:images(pics, {width = 260})
+                                 math.floor(g[1].seeds[1])), 3)
+      page:images(pics)
     end
   end
   if meta.skipped and #meta.skipped > 0 then
     page:heading("Skipped")
-    local t = {{"mechanism", "reason"}}
-    for _, s in ipairs(meta.skipped) do t[#t + 1] = {s.mechanism, s.reason} end
+    local t = {{"mechanism", "task", "reason"}}
+    for _, s in ipairs(meta.skipped) do t[#t + 1] = {s.mechanism, s.task or "all", s.reason} end
     page:table(t, {header = true})
   end
   if meta.interrupted then

@@ -14,6 +14,31 @@ local NULL = has_cjson and cjson.null or nil       -- JSON null as lua-cjson rea
 
 local function is_null(v) return NULL ~= nil and v == NULL end
 
+--- compare.RECORD_FIELDS: every field of a finished record (runs/<id>.json); those that may
+--- have no value (compare.OPTIONAL_FIELDS: steps_to_90 when 90% is never reached, the
+--- alignment numbers of a task without alignments or of rnnenc, centre_error outside
+--- local-p, heatmap) are written as null, never left out
+R.FIELDS = {"id", "task", "mechanism", "kind", "score", "mode", "seed", "steps", "params",
+            "train_seconds", "wall_seconds", "cpu_seconds", "ms_per_step", "cpu_ms_per_step",
+            "curve", "accuracy_by_length", "steps_to_90", "steps_to_99", "alignment_accuracy",
+            "attention_entropy", "centre_error", "heatmap", "config"}
+R.OPTIONAL = {"steps_to_90", "steps_to_99", "alignment_accuracy", "attention_entropy",
+              "centre_error", "heatmap"}
+
+--- compare.null: JSON null as written and read (lua-cjson's), a value distinct from nil
+R.null = NULL
+
+--- compare.complete(t, fields) -> a shallow copy of t with null in every field of `fields`
+--- (default compare.RECORD_FIELDS) that t lacks: what is written as JSON has every field
+function R.complete(t, fields)
+  local out = {}
+  for k, v in pairs(t) do out[k] = v end
+  for _, k in ipairs(fields or R.FIELDS) do
+    if out[k] == nil then out[k] = NULL end
+  end
+  return out
+end
+
 local function num(v) return type(v) == "number" and v == v end
 
 -- why record r is not a finished record of configuration c (nil when it is one); optional
@@ -80,8 +105,18 @@ local function problem(r, c)
   return nil
 end
 
+-- the digests of a configuration's task files, as one text (their paths do not count)
+local function digests(c)
+  local t = {}
+  for i, f in ipairs(type(c.task_files) == "table" and c.task_files or {}) do
+    t[i] = type(f) == "table" and tostring(f.digest) or "?"
+  end
+  return table.concat(t, ",")
+end
+
 --- compare.same_config(a, b) -> whether two configurations give the same result (their ids,
---- mechanisms, seeds and every setting; the worker's threads and time guard do not count)
+--- mechanisms, seeds, every setting and the content of their task files; the worker's
+--- threads and time guard and the task files' paths do not count)
 function R.same_config(a, b)
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   for _, k in ipairs({"id", "task", "mechanism", "kind", "score", "mode", "supervise",
@@ -94,6 +129,7 @@ function R.same_config(a, b)
     end
   end
   if type(a.settings) ~= "table" or type(b.settings) ~= "table" then return false end
+  if digests(a) ~= digests(b) then return false end
   return grid.settings_key(a.settings) == grid.settings_key(b.settings)
 end
 

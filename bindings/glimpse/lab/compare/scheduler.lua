@@ -60,9 +60,11 @@ end
 W.is_interrupt = is_interrupt
 
 --- compare.work(job_file) -- the worker: runs the configuration in job_file (JSON, as
---- compare.grid made it, with `worker = {threads=, time_limit=}`) and writes its record,
---- with `config`, to the result file beside it; a failure writes {error=, config=} instead,
---- a Ctrl-C {interrupted = true, steps=, config=} (never a finished record: it runs again).
+--- compare.grid made it, with `worker = {threads=, time_limit=}`; its task_files are loaded
+--- first) and writes its record, with `config` and every field of compare.RECORD_FIELDS
+--- (null where there is no value), to the result file beside it; a failure writes {error=,
+--- config=} instead, a Ctrl-C {interrupted = true, steps=, config=} (never a finished
+--- record: it runs again).
 function W.work(job)
   local c = check.integers(util.read_json(job))
   local w = type(c.worker) == "table" and c.worker or {}
@@ -79,7 +81,8 @@ function W.work(job)
     end
   end
   r.config = c
-  util.write_json(out, r)
+  -- a finished record has every field, null where a value does not exist
+  util.write_json(out, (r.error or r.interrupted) and r or records.complete(r))
   if r.interrupted then print("compare: " .. c.id .. " interrupted") end
   if r.error then error(r.error, 0) end
 end

@@ -25,8 +25,27 @@ local function mean_of(records, f)
   return mean_std(xs)
 end
 
+-- a record's training lengths: its configuration's (grids since task files), or its task's
+local function train_lengths(r)
+  local tl = type(r.config) == "table" and r.config.train_lengths
+  if type(tl) == "table" and tl[1] and tl[2] then return {tl[1], tl[2]} end
+  local ok, task = pcall(tasks.task, r.task)
+  if ok then return {task.train_lengths[1], task.train_lengths[2]} end
+  return {5, 20}
+end
+
+--- compare.ROW_FIELDS: every field of a summary row; results.json writes null for those
+--- without a value (steps_to_90 when no seed got there, alignment_accuracy of a task
+--- without alignments, long_accuracy_mean without test lengths past training...)
+S.ROW_FIELDS = {"task", "mechanism", "kind", "score", "mode", "seeds", "train_lengths",
+                "accuracy_mean", "accuracy_std", "exact_mean", "exact_std", "long_accuracy_mean",
+                "long_accuracy_std", "accuracy_by_length", "steps_to_90", "steps_to_99",
+                "reached_90", "reached_99", "curve", "alignment_accuracy", "alignment_accuracy_std",
+                "attention_entropy", "centre_error", "ms_per_step", "cpu_ms_per_step", "params",
+                "train_seconds", "wall_seconds", "cpu_seconds", "config"}
+
 --- compare.summarise(records) -> rows, one per (task, mechanism) in first-seen order:
---- score, mode, task, mechanism, kind, seeds, accuracy_mean/std (token accuracy over every
+--- score, mode, task, mechanism, kind, seeds, train_lengths, accuracy_mean/std (token accuracy over every
 --- test length), exact_mean/std (exact-sequence), long_accuracy_mean/std (token accuracy on
 --- the lengths past training), accuracy_by_length ({length, exact_mean, exact_std,
 --- token_mean, token_std}), steps_to_90 / steps_to_99 (mean over the seeds that got there;
@@ -45,9 +64,10 @@ function S.summarise(records)
   for _, k in ipairs(order) do
     local g = groups[k]
     local f = g[1]
-    local train_max = f.config.settings and tasks.task(f.task).train_lengths[2] or 20
+    local tl = train_lengths(f)
+    local train_max = tl[2]
     local row = {task = f.task, mechanism = f.mechanism, kind = f.kind, score = f.score,
-                 mode = f.mode, seeds = {}, config = f.config.settings,
+                 mode = f.mode, seeds = {}, config = f.config.settings, train_lengths = tl,
                  accuracy_by_length = {}, curve = {}}
     for _, r in ipairs(g) do row.seeds[#row.seeds + 1] = r.seed end
     local function avg_len(r, key, long)
