@@ -54,22 +54,8 @@ local Set = setmetatable({}, {__index = Seq2Seq})
 Set.__index = Set
 M.Set = Set
 
---- ds:collate(indices) -> Seq2Seq's batch plus align (B,T) aligned with tgt_out (1-based
---- source positions, 0: no single source, <end>, padding); a task of one's own without
---- alignments has no align.
-function Set:collate(indices)
-  local batch = Seq2Seq.collate(self, indices)
-  if not self.align then return batch end
-  local rows = {}
-  for k, i in ipairs(indices) do
-    local a = self.align[i]
-    local r = table.move(a, 1, #a, 1, {})
-    r[#a + 1] = 0                               -- <end>
-    rows[k] = r
-  end
-  batch.align = batches.pad(rows, {pad = 0, length = batch.tgt_out.shape[2]})
-  return batch
-end
+-- ds:collate(indices): Seq2Seq's, which adds align (B,T) aligned with tgt_out (1-based
+-- source positions; 0: no single source, <end>, padding) when the set has alignments
 
 --- ds:split(k) -> two datasets (the first k examples and the rest), alignments included.
 function Set:split(k)

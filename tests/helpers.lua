@@ -181,10 +181,10 @@ local function find_chromium()
   return nil
 end
 
---- H.browser_check(page, width) -> facts of the page as headless Chromium lays it out at
---- width px: images (count), broken (not loaded), list (their srcs), scroll (the document's
---- scrollWidth), inner (innerWidth), body (body.scrollWidth)
-function H.browser_check(page, width)
+--- H.dump_dom(page, width, script) -> the DOM headless Chromium makes of page (a file) at
+--- width px after the page has loaded, with script (a <script> element's text) added at the
+--- end of its body; skips the test when chromium is not installed (fails under CI)
+function H.dump_dom(page, width, script)
   local chromium = find_chromium()
   if not chromium then
     if os.getenv("CI") == "true" then
@@ -195,7 +195,7 @@ function H.browser_check(page, width)
   local html = assert(H.read_file(page), "cannot read " .. page)
   local dir = page:match("^(.*)/[^/]*$") or "."
   local copy = dir .. "/browser_check.html"
-  H.write_file(copy, (html:gsub("</body>", function() return CHECK_SCRIPT .. "</body>" end, 1)))
+  H.write_file(copy, (html:gsub("</body>", function() return script .. "</body>" end, 1)))
   local work = H.tmpdir()
   local cmd = string.format("timeout 120 %s --headless --no-sandbox --disable-gpu --disable-quic "
                             .. "--no-first-run --disable-background-networking "
@@ -208,6 +208,22 @@ function H.browser_check(page, width)
   local dom = p:read("a")
   p:close()
   os.remove(copy)
+  return dom, work
+end
+
+--- H.run(cmd) -> ok, exit code, output (stdout and stderr) of a shell command
+function H.run(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  local ok, _, code = p:close()
+  return ok == true, code, out
+end
+
+--- H.browser_check(page, width) -> facts of the page as headless Chromium lays it out at
+--- width px: images (count), broken (not loaded), list (their srcs), scroll (the document's
+--- scrollWidth), inner (innerWidth), body (body.scrollWidth)
+function H.browser_check(page, width)
+  local dom, work = H.dump_dom(page, width, CHECK_SCRIPT)
   local line = dom:match("<pre id=\"checks\">(.-)</pre>")
   lu.assertNotNil(line, "no check line in the DOM; chromium said: "
                   .. (H.read_file(work .. "/stderr.txt") or ""):sub(1, 2000))

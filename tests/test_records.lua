@@ -38,13 +38,7 @@ local function wait_for(pred, seconds)
   return pred()
 end
 
--- runs a script, returns ok, exit code, output
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  local ok, _, code = p:close()
-  return ok == true, code, out
-end
+local run = H.run   -- runs a script, returns ok, exit code, output
 
 -- the compare script on a tiny grid: one 8-wide model on lookup; extra: more flags
 local function compare_cmd(out, extra)

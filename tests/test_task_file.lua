@@ -31,12 +31,7 @@ local function exe() return arg and arg[-1] or "build/glimpse" end
 local function q(s) return util.shell_quote(s) end
 local function sleep(s) os.execute("sleep " .. s) end
 
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  local ok, _, code = p:close()
-  return ok == true, code, out
-end
+local run = H.run
 
 local function wait_for(pred, seconds)
   local t = util.Timer()
@@ -106,30 +101,9 @@ window.addEventListener("load", function () {
 });
 </script>]]
 
-local function chromium()
-  for _, name in ipairs({"chromium", "chromium-browser"}) do
-    local p = io.popen("command -v " .. name .. " 2>/dev/null")
-    local path = p:read("l")
-    p:close()
-    if path and path ~= "" then return path end
-  end
-end
-
 -- {src=, width= (as laid out), natural=} per image of the page at `width` px
 local function image_widths(page, width)
-  local dir = page:match("^(.*)/[^/]*$")
-  local copy = dir .. "/widths_check.html"
-  H.write_file(copy, (H.read_file(page):gsub("</body>", function() return WIDTHS_SCRIPT .. "</body>" end, 1)))
-  local work = H.tmpdir()
-  local p = io.popen(string.format("timeout 120 %s --headless --no-sandbox --disable-gpu " ..
-                                   "--no-first-run --disable-background-networking " ..
-                                   "--disable-component-update --disable-sync " ..
-                                   "--user-data-dir=%s --window-size=%d,900 " ..
-                                   "--virtual-time-budget=5000 --dump-dom file://%s 2>/dev/null",
-                                   q(chromium()), q(work), width, q(copy)))
-  local dom = p:read("a")
-  p:close()
-  os.remove(copy)
+  local dom = H.dump_dom(page, width, WIDTHS_SCRIPT)
   local list = dom:match("<pre id=\"widths\">W%[(.-)%]W</pre>")
   lu.assertNotNil(list, "no widths line in the DOM")
   local out = {}
