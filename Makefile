@@ -4,10 +4,25 @@
 # both; `make demo` trains a small model and shows its loss and maps.
 #
 # BUILD names the build folder, so several builds (plain, asan) can live side by side.
+#
+# `make install` puts everything under PREFIX (DESTDIR before it for staging); `make
+# uninstall` removes what it wrote.  The folders can be named one by one: a LuaRocks build
+# (glimpse-scm-1.rockspec) sets BINDIR, LUA_CDIR (glimpse.so) and LUA_DIR (the Lua library)
+# to its tree's folders.
 
 BUILD    ?= build
 PREFIX   ?= /usr/local
 LUA_VER  := 5.4
+VERSION  := 0.1.0
+SOVERSION := 0
+BINDIR   ?= $(PREFIX)/bin
+LIBDIR   ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+LUA_CDIR ?= $(PREFIX)/lib/lua/$(LUA_VER)
+LUA_DIR  ?= $(PREFIX)/share/lua/$(LUA_VER)
+DATADIR  ?= $(PREFIX)/share/glimpse
+PLUGINDIR ?= $(LIBDIR)/glimpse
 CC       ?= cc
 OPT      ?= -O3 -march=native -fno-math-errno
 CFLAGS   ?= $(OPT) -g
@@ -16,10 +31,13 @@ LUA_INC  := -I/usr/include/lua$(LUA_VER)
 INC      := -Iengine -Ibindings $(LUA_INC) -I/usr/include/stb
 SAN      ?=
 ALL_CFLAGS = $(WARN) $(CFLAGS) $(SAN) -fPIC $(INC) -DGLIMPSE_ROOT='"$(CURDIR)"' \
-             -DGLIMPSE_LUA_DIR='"$(PREFIX)/share/lua/$(LUA_VER)"' \
+             -DGLIMPSE_LUA_DIR='"$(LUA_DIR)"' \
              -DGLIMPSE_MPI_PLUGIN='"$(abspath $(BUILD))/libglimpse_mpi.so"' \
-             -DGLIMPSE_MPI_PLUGIN_INSTALLED='"$(PREFIX)/lib/glimpse/libglimpse_mpi.so"'
+             -DGLIMPSE_MPI_PLUGIN_INSTALLED='"$(PLUGINDIR)/libglimpse_mpi.so"'
 LIBS     := -lm -ldl -lz -lpng -ljpeg -lpthread
+# the engine as a shared library for C programs (OpenBLAS is dlopen()ed at run time)
+SONAME   := libglimpse.so.$(SOVERSION)
+SOLIB    := libglimpse.so.$(VERSION)
 
 # MPI, for glimpse.dist: found through mpicc (Open MPI's --showme, MPICH's -compile_info),
 # else a Debian mpi.h, when the plugin $(BUILD)/libglimpse_mpi.so is built (after the
@@ -41,15 +59,16 @@ HEADERS      := $(wildcard engine/*.h bindings/*.h)
 
 # Debian packages the build, the tests and the demo need (chromium: tests/test_report.lua
 # renders a report headless and checks its layout; libpng and libjpeg-turbo read PNG and
-# JPEG, see engine/image_load.c; clang and its runtime build the fuzzers of `make fuzz`)
+# JPEG, see engine/image_load.c; clang and its runtime build the fuzzers of `make fuzz`;
+# luarocks: tests/test_install.lua installs the rockspec into a temporary tree)
 DEB_PKGS := lua5.4 liblua5.4-dev libopenblas-dev libstb-dev lua-unit zlib1g-dev \
             libpng-dev libjpeg62-turbo-dev clang libclang-rt-14-dev \
             dataset-fashion-mnist lua-cjson lua-argparse libreadline-dev chromium \
-            libopenmpi-dev openmpi-bin
+            libopenmpi-dev openmpi-bin luarocks
 STAMP    := $(BUILD)/.deps-ok
 
-.PHONY: all deps test asan fuzz demo install clean bench fixtures check-warnings
-all: $(BUILD)/glimpse $(BUILD)/glimpse.so $(BUILD)/libglimpse_mpi.so
+.PHONY: all deps test asan fuzz demo install uninstall examples clean bench fixtures check-warnings
+all: $(BUILD)/glimpse $(BUILD)/glimpse.so $(BUILD)/$(SOLIB) $(BUILD)/libglimpse_mpi.so
 
 # Install missing packages once per build folder (apt-get needs root; without it we say
 # which packages are missing and stop).
@@ -76,6 +95,20 @@ $(BUILD)/%.o: %.c $(HEADERS) | $(STAMP)
 
 $(BUILD)/libglimpse.a: $(ENGINE_OBJ)
 	ar rcs $@ $^
+
+# the engine alone for C programs (engine/glimpse.h; docs/api/c.md), with a soname; the
+# links libglimpse.so.0 and libglimpse.so beside it, as `make install` makes them
+$(BUILD)/$(SOLIB): $(ENGINE_OBJ)
+	$(CC) $(CFLAGS) $(SAN) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(LIBS)
+	ln -sf $(SOLIB) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $(BUILD)/libglimpse.so
+
+# the C examples, linked with the static engine: `make examples` -> $(BUILD)/examples/NAME
+EXAMPLES := $(patsubst %.c,$(BUILD)/%,$(wildcard examples/*.c))
+examples: $(EXAMPLES)
+$(BUILD)/examples/%: examples/%.c engine/glimpse.h $(BUILD)/libglimpse.a
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Iengine -o $@ $< $(BUILD)/libglimpse.a $(LIBS)
 
 # the executable: REPL and script runner, with the module built in
 $(BUILD)/glimpse: $(EXE_OBJ) $(BINDING_OBJ) $(BUILD)/libglimpse.a
@@ -140,22 +173,50 @@ demo: all
 reproduce: all
 	$(BUILD)/glimpse scripts/reproduce.lua $(if $(QUICK),--quick) $(if $(TINY),--tiny) $(REPRODUCE_ARGS)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER) \
-	  $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse
-	install -m 755 $(BUILD)/glimpse $(DESTDIR)$(PREFIX)/bin/glimpse
-	install -m 644 $(BUILD)/glimpse.so $(DESTDIR)$(PREFIX)/lib/lua/$(LUA_VER)/glimpse.so
-	if [ -f $(BUILD)/libglimpse_mpi.so ]; then install -d $(DESTDIR)$(PREFIX)/lib/glimpse && \
-	  install -m 644 $(BUILD)/libglimpse_mpi.so $(DESTDIR)$(PREFIX)/lib/glimpse/; fi
-	cp -r bindings/glimpse/. $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/
+# install: install-lua, the executable, glimpse.so (require "glimpse" from a stock lua5.4),
+# the Lua library with the datasets (as glimpse.datasets.*), the MPI plugin, the shipped
+# models and the docs (what the rockspec installs); and install-c, the engine for C:
+# libglimpse.a, libglimpse.so (soname libglimpse.so.0), glimpse.h (the public header only)
+# and glimpse.pc
+.PHONY: install-lua install-c
+install: install-lua install-c
+install-lua: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LUA_CDIR) $(DESTDIR)$(LUA_DIR)/glimpse
+	install -m 755 $(BUILD)/glimpse $(DESTDIR)$(BINDIR)/glimpse
+	install -m 644 $(BUILD)/glimpse.so $(DESTDIR)$(LUA_CDIR)/glimpse.so
+	if [ -f $(BUILD)/libglimpse_mpi.so ]; then install -d $(DESTDIR)$(PLUGINDIR) && \
+	  install -m 644 $(BUILD)/libglimpse_mpi.so $(DESTDIR)$(PLUGINDIR)/; fi
+	cp -r bindings/glimpse/. $(DESTDIR)$(LUA_DIR)/glimpse/
 	# files of older layouts that would shadow the packages of this one
-	cd $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua \
+	cd $(DESTDIR)$(LUA_DIR)/glimpse && rm -f nn.lua nn_rnn.lua nn_attention.lua \
 	  models.lua optim.lua attention.lua data.lua captioner.lua
-	if [ -d datasets ]; then cp -r datasets $(DESTDIR)$(PREFIX)/share/lua/$(LUA_VER)/glimpse/; fi
-	if ls models/*.safetensors > /dev/null 2>&1; then install -d $(DESTDIR)$(PREFIX)/share/glimpse/models && \
-	  cp models/*.safetensors $(DESTDIR)$(PREFIX)/share/glimpse/models/; fi
-	if [ -d docs ]; then install -d $(DESTDIR)$(PREFIX)/share/glimpse && \
-	  cp -r docs $(DESTDIR)$(PREFIX)/share/glimpse/; fi
+	if [ -d datasets ]; then cp -r datasets $(DESTDIR)$(LUA_DIR)/glimpse/; fi
+	if ls models/*.safetensors > /dev/null 2>&1; then install -d $(DESTDIR)$(DATADIR)/models && \
+	  cp models/*.safetensors $(DESTDIR)$(DATADIR)/models/; fi
+	if [ -d docs ]; then install -d $(DESTDIR)$(DATADIR) && cp -r docs $(DESTDIR)$(DATADIR)/; fi
+install-c: $(BUILD)/libglimpse.a $(BUILD)/$(SOLIB)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 644 $(BUILD)/libglimpse.a $(DESTDIR)$(LIBDIR)/libglimpse.a
+	install -m 755 $(BUILD)/$(SOLIB) $(DESTDIR)$(LIBDIR)/$(SOLIB)
+	ln -sf $(SOLIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libglimpse.so
+	install -m 644 engine/glimpse.h $(DESTDIR)$(INCLUDEDIR)/glimpse.h
+	# pkg-config's file, made for this PREFIX: libdir and includedir under $${prefix} where
+	# they are, so that `pkg-config --define-prefix` finds a staged copy (DESTDIR) too
+	sed -e 's|@PREFIX@|$(PREFIX)|' \
+	  -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
+	  -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|' \
+	  -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS@|$(LIBS)|' glimpse.pc.in > $(BUILD)/glimpse.pc
+	install -m 644 $(BUILD)/glimpse.pc $(DESTDIR)$(PKGCONFIGDIR)/glimpse.pc
+
+# uninstall: what install wrote (the same variables name the same places); folders of
+# glimpse's own go whole, shared ones (bin, lib, include ...) stay
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/glimpse $(DESTDIR)$(LUA_CDIR)/glimpse.so \
+	  $(DESTDIR)$(LIBDIR)/libglimpse.a $(DESTDIR)$(LIBDIR)/$(SOLIB) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	  $(DESTDIR)$(LIBDIR)/libglimpse.so $(DESTDIR)$(INCLUDEDIR)/glimpse.h \
+	  $(DESTDIR)$(PKGCONFIGDIR)/glimpse.pc
+	rm -rf $(DESTDIR)$(LUA_DIR)/glimpse $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(DATADIR)
 
 check-warnings:
 	$(MAKE) -B BUILD=build-warn CFLAGS="-O2 -Werror" all
