@@ -97,9 +97,10 @@ $(BUILD)/libglimpse.a: $(ENGINE_OBJ)
 	ar rcs $@ $^
 
 # the engine alone for C programs (engine/glimpse.h; docs/api/c.md), with a soname; the
-# links libglimpse.so.0 and libglimpse.so beside it, as `make install` makes them
+# links libglimpse.so.0 and libglimpse.so beside it, as `make install` makes them.
+# --no-undefined only without sanitizers: their runtime is linked into the program, not here
 $(BUILD)/$(SOLIB): $(ENGINE_OBJ)
-	$(CC) $(CFLAGS) $(SAN) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(LIBS)
+	$(CC) $(CFLAGS) $(SAN) -shared -Wl,-soname,$(SONAME) $(if $(SAN),,-Wl,--no-undefined) -o $@ $^ $(LIBS)
 	ln -sf $(SOLIB) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libglimpse.so
 
