@@ -210,8 +210,11 @@ function T.test_under_mpirun_each_rank_loads_the_task_file_and_the_numbers_are_t
   local d = H.tmpdir()
   local ok, _, text = run(script_cmd(d .. "/local", "--jobs 2"))
   lu.assertTrue(ok, text)
-  ok, _, text = run(string.format("timeout 300 %s -np 2 --allow-run-as-root --oversubscribe %s",
-                                  q(mpirun), script_cmd(d .. "/mpi")))
+  -- Open MPI keeps allocations to the end, which LeakSanitizer would report under make asan
+  -- (as tests/test_dist.lua says): the ranks run without leak detection, other checks on
+  local asan = (os.getenv("ASAN_OPTIONS") or "") .. ":detect_leaks=0"
+  ok, _, text = run(string.format("ASAN_OPTIONS=%s timeout 300 %s -np 2 --allow-run-as-root " ..
+                                  "--oversubscribe %s", q(asan), q(mpirun), script_cmd(d .. "/mpi")))
   lu.assertTrue(ok, text)
   lu.assertStrContains(text, "2 ranks")
   lu.assertStrContains(text, "4 results, 0 failed, 0 not run")
