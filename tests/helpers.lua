@@ -211,6 +211,18 @@ function H.dump_dom(page, width, script)
   return dom, work
 end
 
+--- H.wait_for(pred, seconds) -> true once pred() is true, polled every 0.1 s; pred()'s last
+--- answer after `seconds`
+function H.wait_for(pred, seconds)
+  local util = require "glimpse.util"
+  local t = util.Timer()
+  while t:elapsed() < seconds do
+    if pred() then return true end
+    os.execute("sleep 0.1")
+  end
+  return pred()
+end
+
 --- H.run(cmd) -> ok, exit code, output (stdout and stderr) of a shell command
 function H.run(cmd)
   local p = io.popen(cmd .. " 2>&1")

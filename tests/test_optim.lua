@@ -26,21 +26,8 @@ local STEPS = 20
 -- ---------------------------------------------------------------------------------------
 -- helpers
 
-local function flat(t)
-  return t:reshape(-1):totable()
-end
-
-local function param(vals)
-  return glimpse.tensor(vals):requires_grad()
-end
-
--- assert_close's tolerance for lists: |a_i - b_i| <= tol (|b_i| + 1) for every entry (a
--- number tol compares whole tensors: max |a - b| <= tol * max |b|)
-local function within(tol) return {rtol = tol, atol = tol, per_element = true} end
-
-local function set_grad(p, vals)
-  p.grad = glimpse.tensor(vals)
-end
+local O = require "tests.optim_helpers"
+local flat, param, within, set_grad = O.flat, O.param, O.within, O.set_grad
 
 local function assert_bits_equal(a, b, msg)
   local x, y = flat(a), flat(b)

@@ -13,20 +13,8 @@ local LR_TOL = 1e-6           -- schedules: relative (the fixture went through f
 local CLIP_TOL = 1e-5
 local FIXTURES = "tests/fixtures/"
 
-local function flat(t)
-  return t:reshape(-1):totable()
-end
-
-local function param(vals)
-  return glimpse.tensor(vals):requires_grad()
-end
-
--- assert_close's tolerance for lists: |a_i - b_i| <= tol (|b_i| + 1) for every entry
-local function within(tol) return {rtol = tol, atol = tol, per_element = true} end
-
-local function set_grad(p, vals)
-  p.grad = glimpse.tensor(vals)
-end
+local O = require "tests.optim_helpers"
+local flat, param, within, set_grad = O.flat, O.param, O.within, O.set_grad
 
 local function fixture(name)
   return glimpse.load(FIXTURES .. name .. ".safetensors")

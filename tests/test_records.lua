@@ -28,15 +28,7 @@ local function q(s) return util.shell_quote(s) end
 
 local function sleep(s) os.execute("sleep " .. s) end
 
--- pred() true within `seconds`
-local function wait_for(pred, seconds)
-  local t = util.Timer()
-  while t:elapsed() < seconds do
-    if pred() then return true end
-    sleep(0.1)
-  end
-  return pred()
-end
+local wait_for = H.wait_for   -- pred() true within `seconds`
 
 local run = H.run   -- runs a script, returns ok, exit code, output
 

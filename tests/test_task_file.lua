@@ -29,18 +29,10 @@ local MECHANISMS = "dot/soft,general/soft,additive/soft,mine/soft"
 
 local function exe() return arg and arg[-1] or "build/glimpse" end
 local function q(s) return util.shell_quote(s) end
-local function sleep(s) os.execute("sleep " .. s) end
 
 local run = H.run
 
-local function wait_for(pred, seconds)
-  local t = util.Timer()
-  while t:elapsed() < seconds do
-    if pred() then return true end
-    sleep(0.1)
-  end
-  return pred()
-end
+local wait_for = H.wait_for
 
 -- the script on the fixture with a tiny budget; extra: more flags
 local function script_cmd(out, extra)
