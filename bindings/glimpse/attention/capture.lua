@@ -52,7 +52,7 @@ local function new_entry(s, owner, field, info)
   s.calls[id] = call
   local key = path .. (call > 1 and "#" .. call or "") .. (field and ":" .. field or "")
   local e = {key = key, path = path, call = call, field = field, module = class_of(owner),
-             kind = info and info.kind, heads = info and info.heads,
+             heads = info and info.heads,
              grid = info and info.grid, extra = info and info.extra, rows = {}}
   s.entries[#s.entries + 1] = e
   return e
@@ -64,7 +64,7 @@ local function log(s, path, field, t)
 end
 
 --- capture.record(owner, P (B,heads,T,S), info): one call's whole map (multi-head modules);
---- owner: the module (or a name for a function without one); info: {kind=, heads=}
+--- owner: the module (or a name for a function without one); info: {heads=}
 function M.record(owner, P, info)
   P = P:detach()
   for _, s in ipairs(sessions) do
@@ -76,7 +76,7 @@ end
 
 --- capture.record_step(owner, row (B,S), field, info): one step's map of a module called
 --- once per step; the steps of one sequence stack into (B,T,S).  field: nil for the weights,
---- a name ("sample") for another map of the same step; info: {kind=, grid=, extra=}
+--- a name ("sample") for another map of the same step; info: {grid=, extra=}
 function M.record_step(owner, row, field, info)
   row = row:detach()
   local B, S = row.shape[1], row.shape[2]
@@ -124,7 +124,7 @@ local function finish(s)
     maps[e.key] = t
     info.keys[#info.keys + 1] = e.key
     info[e.key] = {key = e.key, path = e.path, call = e.call, field = e.field,
-                   module = e.module, kind = e.kind, heads = e.heads, grid = e.grid,
+                   module = e.module, heads = e.heads, grid = e.grid,
                    extra = e.extra, steps = not e.map and #e.rows or nil}
   end
   INFO[maps] = info
@@ -144,13 +144,6 @@ local function callable(f)
   return type(mt) == "table" and mt.__call ~= nil
 end
 
---- capture(fn, root) -> maps, fn's results
--- Runs fn() and returns every attention map computed inside it: maps[key] a tensor, key the
--- module's path under root (root:named_modules()'s names; root itself and modules outside
--- it go by their class name).  Multi-head modules: (B,heads,T,S) per call; modules called
--- once per step (nn.Attention, nn.Pointer, the NTM's heads): (B,T,S), the steps in call
--- order.  A second call of a module gets "path#2"; hard attention's chosen cells
--- "path:sample".  An error in fn propagates (capture is off again).  Captures nest.
 local function check_args(fn, root)          -- errors at the line calling capture
   if not callable(fn) then
     check.fail(3, "attention.capture: argument #1 must be a function, got %s", type(fn))
@@ -176,6 +169,13 @@ local function run(fn, root)
   return finish(s), table.unpack(res, 2, res.n)
 end
 
+--- capture(fn, root) -> maps, fn's results
+-- Runs fn() and returns every attention map computed inside it: maps[key] a tensor, key the
+-- module's path under root (root:named_modules()'s names; root itself and modules outside
+-- it go by their class name).  Multi-head modules: (B,heads,T,S) per call; modules called
+-- once per step (nn.Attention, nn.Pointer, the NTM's heads): (B,T,S), the steps in call
+-- order.  A second call of a module gets "path#2"; hard attention's chosen cells
+-- "path:sample".  An error in fn propagates (capture is off again).  Captures nest.
 function M.capture(fn, root)
   check_args(fn, root)
   return run(fn, root)
@@ -188,7 +188,7 @@ function M.keys(maps)
   return table.move(info.keys, 1, #info.keys, 1, {})
 end
 
---- capture.info(maps, key) -> {key=, path=, call=, field=, module=, kind=, heads=, grid=,
+--- capture.info(maps, key) -> {key=, path=, call=, field=, module=, heads=, grid=,
 --- extra=, steps=} of one map (nil for a key that is not there)
 function M.info(maps, key)
   local info = INFO[maps]
@@ -201,7 +201,7 @@ function M.info(maps, key)
 end
 
 --- capture.to_table(maps) -> {format = "glimpse.attention.capture", version = 1, maps = {
---- {key=, path=, call=, field=, module=, kind=, heads=, grid=, extra=, steps=, shape = {...},
+--- {key=, path=, call=, field=, module=, heads=, grid=, extra=, steps=, shape = {...},
 --- data = nested lists}, ...}} in recording order: plain Lua tables (cjson encodes them)
 function M.to_table(maps)
   local info = INFO[maps]
