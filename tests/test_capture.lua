@@ -21,9 +21,6 @@ local EXACT = 0          -- the same tensor recorded, or the same computation tw
 local PATH_TOL = 1e-5    -- two kernels for the same maths (fused / unfused multi-head)
 local SUM_TOL = 1e-5     -- a float32 softmax row summing to 1
 
-local BUILTIN_SCORES = {"dot", "scaled_dot", "general", "additive", "concat", "location",
-                        "cosine", "conv"}
-
 local function reversal()
   return tasks.reversal{n = 16, min_len = 3, max_len = 6, seed = 5}
 end
@@ -100,7 +97,7 @@ function T.test_seq2seq_every_score_and_mode_maps_equal_the_alignments()
   local b = ds:collate({1, 2, 3})
   local B, S, Tt = b.src.shape[1], b.src.shape[2], b.tgt_in.shape[2]
   local tried = 0
-  for _, score in ipairs(BUILTIN_SCORES) do
+  for _, score in ipairs(A.SCORES) do       -- this process registers none of its own
     for _, mode in ipairs(A.MODES) do
       glimpse.manual_seed(3)
       local ok, m = pcall(models.Seq2Seq, {dataset = ds, emb = 8, hidden = 8, attn_hidden = 8,
@@ -136,7 +133,8 @@ function T.test_seq2seq_every_score_and_mode_maps_equal_the_alignments()
       end
     end
   end
-  lu.assertTrue(tried >= #BUILTIN_SCORES * (#A.MODES - 1), "combinations tried: " .. tried)
+  lu.assertTrue(#A.SCORES >= 8 and tried >= #A.SCORES * (#A.MODES - 1),
+                "combinations tried: " .. tried)
 end
 
 function T.test_hard_attention_in_training_records_the_sampled_cells()
@@ -266,6 +264,12 @@ function T.test_pointer_net_maps_are_the_pointer_distributions()
   local dmaps, _, ex = capture(function() return m:decode(b) end, m)
   local rows = glimpse.tensor(ex.alignments[1])
   lu.assertEquals(max_diff(dmaps.pointer:reshape(rows.shape[1], rows.shape[2]), rows), EXACT)
+  -- glimpses (Bello et al.): the glimpse attention's rows, one per glimpse, beside the pointer
+  local g = models.PointerNet{input_dim = 1, outputs = 2, emb = 8, hidden = 8, glimpses = 2}
+  local gmaps = capture(function() return g:loss(b) end, g)
+  lu.assertEquals(capture.keys(gmaps), {"glimpse", "pointer"})
+  lu.assertEquals(gmaps.glimpse.shape, {1, 6, 5})
+  assert_rows_sum_to_one(gmaps.glimpse, "glimpse")
 end
 
 function T.test_ntm_read_and_write_heads_equal_the_decode_traces()
