@@ -20,7 +20,8 @@ local NEG_BIG = 1e9
 --- attention.multi_head(query (B,Tq,d), key (B,Tk,d), value (B,Tk,d), p, opts)
 ---   -> out (B,Tq,d), weights (B,Tq,Tk) averaged over heads (nil when opts.need_weights is false)
 -- p: heads, in_proj_weight (3d,d), in_proj_bias (3d) or nil, out_weight (d,d), out_bias (d)
--- or nil, module (the nn module whose maps attention.capture records; nil: none).  opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
+-- or nil, module (the key attention.capture files the per-head weights under; nil: none).
+-- opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
 -- dropout (on the attention weights) and training, need_weights (default true; false skips
 -- averaging the weights, as PyTorch's need_weights=False), fused (default true: self-attention
 -- without dropout runs as one fused op; false forces the general path, which computes the same).
