@@ -107,7 +107,7 @@ function T.test_overlay_writes_one_strip_per_image_with_a_panel_per_word()
   local info2 = glimpse.image.info(ov .. "/rgb.png")
   -- the strip Captioner:overlays draws for the same image and words has the same size
   local ref = cap:overlays(glimpse.image.load(d .. "/grey.png", {channels = 1}),
-                           select(3, cap:caption(glimpse.image.load(d .. "/grey.png",
+                           select(3, cap:caption_maps(glimpse.image.load(d .. "/grey.png",
                                                                     {channels = 1}))),
                            words, d .. "/ref.png")
   local rinfo = glimpse.image.info(ref)
@@ -265,8 +265,8 @@ function T.test_resize_true_converts_and_gives_the_caption_of_the_converted_imag
   glimpse.manual_seed(5)
   local rgb = glimpse.rand(3, 32, 24)
   local by_hand = glimpse.image.resize(glimpse.image.to_grey(rgb):reshape(1, 32, 24), SIZE, SIZE)
-  local w1, t1 = cap:caption(rgb, {resize = true, beam = 2})
-  local w2, t2 = cap:caption(by_hand, {beam = 2})
+  local w1, t1 = cap:caption_maps(rgb, {resize = true, beam = 2})
+  local w2, t2 = cap:caption_maps(by_hand, {beam = 2})
   lu.assertEquals(w1, w2)
   lu.assertEquals(t1, t2)
   local batch = cap:check_input(glimpse.rand(2, 1, 8, 8), {resize = true})

@@ -56,8 +56,8 @@ function M.load(path, opts)
 end
 Captioner.load = M.load
 
---- glimpse.captioner.pretrained(name) -> captioner (in evaluation mode), about: a shipped
---- model by name ("scenes-soft", "scenes-hard"), read from NAME.safetensors in the first of
+--- glimpse.captioner.pretrained(name) -> captioner (in evaluation mode), about: a shipped model by
+--- name ("scenes-soft", "scenes-hard"), read from NAME.safetensors in the first of
 --- model_dirs() that has it, and what it knows (cap:about(): the images and captions it was
 --- trained on -- the shipped models know only 64x64 grey scenes of Fashion-MNIST items).
 --- An unknown name is an error listing the available ones.
