@@ -387,13 +387,13 @@ function M.doc(name)
     return msg
   end
   local parts = {}
+  if about then parts[1] = "-- what it knows\n" .. about end
   for i = 1, math.min(#hits, MAX_HITS) do
     local h = hits[i]
     parts[#parts + 1] = "-- " .. h.title .. "   (" .. h.where .. ")\n" .. h.text
   end
   if #hits > MAX_HITS then parts[#parts + 1] = string.format("... (%d more)", #hits - MAX_HITS) end
   if opts then parts[#parts + 1] = table.concat(opts, "\n") end
-  if about then parts[#parts + 1] = "-- what it knows\n" .. about end
   return table.concat(parts, "\n\n")
 end
 

@@ -275,9 +275,11 @@ function Captioner:unfamiliar_note(reasons, subject)
   local what = self.description and self.description:match("^[^\n]+") or
                string.format("%s-channel %sx%s images", tostring(C), tostring(H or "?"),
                              tostring(W or "?"))
+  local shown = table.move(reasons or {}, 1, 3, 1, {})
+  if #(reasons or {}) > 3 then shown[4] = string.format("%d more", #reasons - 3) end
   return string.format("%s is unlike the images this model was trained on (%s); it knows " ..
                        "only %s, so its caption says little about it", subject or "the image",
-                       table.concat(reasons or {}, "; "), what)
+                       table.concat(shown, "; "), what)
 end
 
 --- cap:overlays(image, alphas (T,L), words, path, {scale=2, alpha=0.6, colormap="jet",
