@@ -370,15 +370,16 @@ end
 --- a source token colours the outputs; a map selector (layers, mechanisms), a head
 --- selector (each head or their mean) and small multiples of every head; with data.image,
 --- the image with each word's weights drawn over its grid and a wrapping strip of one
---- picture per word.  data: see glimpse.lab.viewer (docs/api/report.md); note: a line
---- under the title; pictures: static pictures of the same maps (paths), linked.
+--- picture per word.  data: see glimpse.lab.viewer (docs/api/report.md); title: a heading
+--- (default data.title); note: a line under the viewer; pictures: static pictures of the
+--- same maps (paths), linked.
 function Page:attention(data, opts)
   opts = opts or {}
   if type(opts) ~= "table" then fail(2, "page:attention: opts must be a table, got %s", type(opts)) end
   local viewer = require "glimpse.lab.viewer"
   local d = viewer.normalise(data, "page:attention", 2)
   self.viewers = (self.viewers or 0) + 1
-  local parts = {viewer.block("gv-" .. self.viewers, d, opts.title)}
+  local parts = {viewer.block("gv-" .. self.viewers, d, opts.title or data.title)}
   if opts.note then parts[#parts + 1] = "<p>" .. esc(opts.note) .. "</p>" end
   if opts.pictures and #opts.pictures > 0 then
     local links = {}

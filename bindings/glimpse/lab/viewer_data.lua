@@ -32,9 +32,9 @@ function M.add_seq2seq(page, ds, items, opts)
   return page
 end
 
---- viewer_data.pointer(alignment, pred, n) -> viewer data: the pointer's distribution per
---- output step over the end slot and the n points, the chosen point outlined
-function M.pointer(alignment, pred, n)
+--- viewer_data.pointer(alignment, pred, n [, title]) -> viewer data: the pointer's
+--- distribution per output step over the end slot and the n points, the chosen point outlined
+function M.pointer(alignment, pred, n, title)
   local src = {"end"}
   for j = 1, n do src[j + 1] = tostring(j) end
   local tgt, rows, chosen = {}, {}, {}
@@ -44,7 +44,7 @@ function M.pointer(alignment, pred, n)
     chosen[t] = pred[t] and pred[t] + 1 or 1
   end
   return {src = src, tgt = tgt, maps = {{name = "pointer", map = rows}}, chosen = chosen,
-          chosen_label = "the point chosen", vmax = 1}
+          chosen_label = "the point chosen", vmax = 1, title = title}
 end
 
 --- viewer_data.compare(records) -> a list of {title=, data=}: the heatmap records of one
@@ -96,6 +96,11 @@ end
 --- image_<i>.png).  Returns the page.
 function M.add_captions(page, cap, set, r, dir, n)
   local spec = cap.config.image or {}
+  if math.min(n or 4, set.n) > 0 then
+    page:heading("Where each word looked")
+    page:paragraph("Hover or click a word: its weights over the image grid (brighter and " ..
+                   "more opaque: more weight); the strip under the image shows every word.")
+  end
   for i = 1, math.min(n or 4, set.n) do
     local img, a = set.display(i), r.alphas[i]
     if img:dim() == 3 and glimpse.is_tensor(a) and a:dim() == 2 and a.shape[1] > 0 then
