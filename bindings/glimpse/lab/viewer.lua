@@ -196,8 +196,8 @@ M.CSS = [[
 .gv-heads figure{margin:0;cursor:pointer}
 .gv-heads figure.gv-on canvas{outline:2px solid #d62728}
 .gv-heads canvas{image-rendering:pixelated;border:1px solid #ccc;max-width:100%}
-.gv-image{position:relative;display:inline-block;width:320px;max-width:100%}
-.gv-image img,.gv-thumb img{width:100%;display:block;image-rendering:pixelated}
+.gv-image,.gv-box{position:relative;background-size:100% 100%;image-rendering:pixelated}
+.gv-image{width:320px;max-width:100%}
 .gv-image svg,.gv-thumb svg{position:absolute;left:0;top:0;width:100%;height:100%}
 .gv-strip{display:flex;flex-wrap:wrap;gap:8px;margin-top:0.5em}
 .gv-thumb{position:relative;width:128px;cursor:pointer}
@@ -243,8 +243,12 @@ function init(root){
   var tgtEls=d.tgt.map(function(w,t){var e=el("span",null,w);e.dataset.i=t;outs.appendChild(e);return e;});
   var srcEls=[],cells=[],rowLabels=[],overlay=[],thumbs=[];
   if(d.image){
-    var box=el("div","gv-image");var im=el("img");im.src=d.image.path;im.alt="image";box.appendChild(im);
-    var gh=d.image.grid[0],gw=d.image.grid[1];
+    var gh=d.image.grid[0],gw=d.image.grid[1],url="url("+JSON.stringify(d.image.path)+")",boxes=[];
+    function pic(e){e.style.backgroundImage=url;e.style.aspectRatio=gw+"/"+gh;boxes.push(e);return e;}
+    var box=pic(el("div","gv-image"));box.setAttribute("role","img");box.setAttribute("aria-label","image");
+    var probe=new Image();probe.onload=function(){root.dataset.img=probe.naturalWidth;
+      boxes.forEach(function(b){b.style.aspectRatio=probe.naturalWidth+"/"+probe.naturalHeight;});};
+    probe.src=d.image.path;
     function grid(parent,list){var svg=document.createElementNS(SVG,"svg");
       svg.setAttribute("viewBox","0 0 "+gw+" "+gh);svg.setAttribute("preserveAspectRatio","none");
       for(var s=0;s<S;s++){var r=document.createElementNS(SVG,"rect");
@@ -254,8 +258,8 @@ function init(root){
       parent.appendChild(svg);}
     grid(box,overlay);root.appendChild(box);
     var strip=el("div","gv-strip");root.appendChild(strip);
-    d.tgt.forEach(function(w,t){var f=el("figure","gv-thumb");f.dataset.i=t;var b=el("div","gv-box");
-      var ti=el("img");ti.src=d.image.path;ti.alt=w;b.appendChild(ti);var list=[];grid(b,list);
+    d.tgt.forEach(function(w,t){var f=el("figure","gv-thumb");f.dataset.i=t;var b=pic(el("div","gv-box"));
+      var list=[];grid(b,list);
       f.appendChild(b);f.appendChild(el("figcaption",null,w));strip.appendChild(f);thumbs.push({f:f,r:list});
       f.onclick=function(){pin(t);};});
   }else{
