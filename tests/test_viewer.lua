@@ -160,6 +160,9 @@ function T.test_input_is_checked_with_the_sizes_named()
   lu.assertStrContains(err, "3 source positions but the image grid is 2x2")
   ok, err = pcall(page.attention, page, {src = "ab", tgt = "x", maps = {}})
   lu.assertStrContains(err, "maps must be a non-empty list")
+  ok, err = pcall(page.attention, page, {src = "ab", tgt = "x", maps = {{map = {{1, 0}}}}},
+                  {titel = "t"})
+  lu.assertStrContains(err, "page:attention: unknown option 'titel' (did you mean 'title'?")
 end
 
 function T.test_data_is_json_that_cannot_close_its_script_block()

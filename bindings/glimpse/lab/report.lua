@@ -373,9 +373,14 @@ end
 --- picture per word.  data: see glimpse.lab.viewer (docs/api/report.md); title: a heading
 --- (default data.title); note: a line under the viewer; pictures: static pictures of the
 --- same maps (paths), linked.
+Page.attention_options = options.declare("page:attention", {
+  {"title", "string", nil, help = "a heading above the viewer (default data.title)"},
+  {"note", "string", nil, help = "a line of text under the viewer"},
+  {"pictures", "table", nil, help = "static pictures of the same maps (paths), linked"},
+})
+
 function Page:attention(data, opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(2, "page:attention: opts must be a table, got %s", type(opts)) end
+  opts = Page.attention_options:check(opts, 2)
   local viewer = require "glimpse.lab.viewer"
   local d = viewer.normalise(data, "page:attention", 2)
   self.viewers = (self.viewers or 0) + 1
