@@ -162,11 +162,15 @@ end
 -- ---------------------------------------------------------------------------------------
 -- the page's part
 
+local function esc(s)
+  return (tostring(s):gsub("[&<>\"']", {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;",
+                                        ['"'] = "&quot;", ["'"] = "&#39;"}))
+end
+
 --- viewer.block(id, data, title) -> the HTML of one viewer: its JSON (with "</" escaped) in
 --- a <script type="application/json"> block inside a div the script fills in
 function M.block(id, data, title)
   local json = util.json_encode(data):gsub("</", "<\\/"):gsub("<!%-%-", "<\\!--")
-  local esc = require("glimpse.lab.report").escape
   return string.format('<div class="gv" id="%s">%s<script type="application/json" ' ..
                        'class="gv-data">%s</script><noscript>The attention viewer needs ' ..
                        'JavaScript; the pictures below show the same maps.</noscript></div>',
