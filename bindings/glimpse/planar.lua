@@ -164,8 +164,8 @@ local function tsp_input(list, fname, level)
     end
     local n = #pts
     if n < 2 or n > M.TSP_MAX_N then
-      error(string.format("%s: %d points%s; exact tours take 2 to %d (Held-Karp is O(2^n n^2))",
-                          fname, n, where, M.TSP_MAX_N), level + 1)
+      error(string.format("%s: exact tours take 2 to %d points (Held-Karp is O(2^n n^2)), got %d%s",
+                          fname, M.TSP_MAX_N, n, where), level + 1)
     end
     for k, p in ipairs(pts) do
       local x, y = type(p) == "table" and p[1], type(p) == "table" and p[2]
