@@ -185,7 +185,8 @@ end
 --- planar.tsp_optimal(pts) -> tour, length: the optimal closed tour through 2 to 20 points
 --- (Held-Karp dynamic programming in the engine, exact in double), as 1-based indices from
 --- 1, in the direction whose second point has the lower index; its length.  Ties go to the
---- lowest indices, so the answer is deterministic.  About 0.3 s at n = 20, 1 ms at n = 12.
+--- lowest indices, so the answer is deterministic.  CPU time per instance, one thread:
+--- about 70 ms at n = 20, 1 ms at 15, 35 µs at 10.
 function M.tsp_optimal(pts)
   local ns, xy = tsp_input({pts}, "planar.tsp_optimal", 2)
   local tours, lengths = core._tsp_solve(ns, xy)
