@@ -73,14 +73,19 @@ function M.multi_head(query, key, value, p, opts)
   local Tk = key.shape[2]
   local h = p.heads
   if d % h ~= 0 then check.fail(2, "%s: width %d is not a multiple of %d heads", fname, d, h) end
-  for k in pairs(opts) do
-    if not PLAIN[k] then   -- positions or variants: checked, then the general path
-      local o = OPTIONS:check(opts, 2)
-      variants.check(o, h, p.kv_heads or h, d // h, fname, 2)
-      if not variants.any(o, p, h) then opts = o; break end
-      o.mask, o.attn_mask = as_tensor(o.mask, fname), as_tensor(o.attn_mask, fname)
-      return variants.general(query, key, value, p, o, fname)
+  -- positions, variants or separate projections: options checked, then the general path
+  local general = (p.kv_heads or h) ~= h or p.in_proj_weight == nil
+  if not general then
+    for k in pairs(opts) do
+      if not PLAIN[k] then general = true; break end
     end
+  end
+  if general then
+    local o = OPTIONS:check(opts, 2)
+    variants.check(o, h, p.kv_heads or h, d // h, fname, 2)
+    o.mask, o.attn_mask = as_tensor(o.mask, fname), as_tensor(o.attn_mask, fname)
+    if variants.any(o, p, h) then return variants.general(query, key, value, p, o, fname) end
+    opts = o
   end
   local dh = d // h
   local W, bias = p.in_proj_weight, p.in_proj_bias
