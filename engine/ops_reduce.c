@@ -1,5 +1,5 @@
 /* ops_reduce.c -- reductions over one dim (or over everything): sum, mean, max/min with
- * indices, argmax, logsumexp, variance, L2 norm.
+ * indices, argmax, logsumexp, variance, L2 norm; and the running sum cumsum.
  *
  * A reduction over dim d sees the tensor as (outer, n, inner) and writes (outer, inner).
  * Sums accumulate in double so a mean over a large tensor does not drift.
@@ -280,6 +280,65 @@ int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
     gl_save(n, al);
     gl_release(al);
   }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* cumsum: y[o, j, i] = sum_{m <= j} a[o, m, i]   a and y (outer, n, inner)
+ * backward: ga[o, m, i] += sum_{j >= m} g[o, j, i]   (the same running sum, reversed)
+ * Running sums accumulate in double; each (o, i) column runs whole on one thread. */
+
+typedef struct {
+  span3 sp;
+  const float *x;
+  float *y;
+  int reverse, add;     /* reverse: from the last row down; add: y += instead of y = */
+} cum_ctx;
+
+/* columns q = o * inner + i in [lo, hi) */
+static void cum_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const cum_ctx *k = c;
+  size_t len = k->sp.n, inner = k->sp.inner;
+  for (size_t q = lo; q < hi; q++) {
+    size_t o = q / inner, i = q % inner;
+    const float *x = k->x + o * len * inner + i;
+    float *y = k->y + o * len * inner + i;
+    double s = 0;
+    for (size_t t = 0; t < len; t++) {
+      size_t j = k->reverse ? len - 1 - t : t;
+      s += x[j * inner];
+      if (k->add) y[j * inner] += (float)s;
+      else y[j * inner] = (float)s;
+    }
+  }
+}
+
+static int cumsum_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
+  cum_ctx c = {*sp, gout[0]->data, g->data, 1, 1};
+  gl_parallel_for(sp->outer * sp->inner, sp->n ? sp->n : 1, cum_range, &c);
+  return GL_OK;
+}
+
+static const gl_op op_cumsum = {"cumsum", cumsum_backward};
+
+int gl_cumsum(gl_tensor **out, gl_tensor *a, int dim) {
+  if (dim < 0 || dim >= a->ndim) {
+    char b[128];
+    return gl_fail(GL_EARG, "cumsum: dim %d out of range for shape %s", dim + 1,
+                   gl_shape_str(b, sizeof b, a->ndim, a->shape));
+  }
+  span3 sp;
+  gl_dim_span(a, dim, &sp.outer, &sp.n, &sp.inner);
+  int st = gl_empty(out, a->ndim, a->shape);
+  if (st) return st;
+  cum_ctx c = {sp, a->data, (*out)->data, 0, 0};
+  gl_parallel_for(sp.outer * sp.inner, sp.n ? sp.n : 1, cum_range, &c);
+  gl_node *n = gl_record(&op_cumsum, 1, &a, 1, out);
+  if (n) save_span(n, &sp);
   return GL_OK;
 }
 
