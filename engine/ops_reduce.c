@@ -286,7 +286,10 @@ int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
 /* ------------------------------------------------------------------------ */
 /* cumsum: y[o, j, i] = sum_{m <= j} a[o, m, i]   a and y (outer, n, inner)
  * backward: ga[o, m, i] += sum_{j >= m} g[o, j, i]   (the same running sum, reversed)
- * Running sums accumulate in double; each (o, i) column runs whole on one thread. */
+ * Running sums accumulate in double.  The work is split in units of (o, a block of up to
+ * CUM_BLOCK columns i), each walking its rows in order with a contiguous inner loop. */
+
+#define CUM_BLOCK 256
 
 typedef struct {
   span3 sp;
@@ -295,21 +298,27 @@ typedef struct {
   int reverse, add;     /* reverse: from the last row down; add: y += instead of y = */
 } cum_ctx;
 
-/* columns q = o * inner + i in [lo, hi) */
+static size_t cum_blocks(const span3 *sp) { return (sp->inner + CUM_BLOCK - 1) / CUM_BLOCK; }
+
+/* units u = o * blocks + b in [lo, hi) */
 static void cum_range(void *c, size_t lo, size_t hi, int slot) {
   (void)slot;
   const cum_ctx *k = c;
-  size_t len = k->sp.n, inner = k->sp.inner;
-  for (size_t q = lo; q < hi; q++) {
-    size_t o = q / inner, i = q % inner;
-    const float *x = k->x + o * len * inner + i;
-    float *y = k->y + o * len * inner + i;
-    double s = 0;
+  size_t len = k->sp.n, inner = k->sp.inner, blocks = cum_blocks(&k->sp);
+  double acc[CUM_BLOCK];
+  for (size_t u = lo; u < hi; u++) {
+    size_t o = u / blocks, i0 = (u % blocks) * CUM_BLOCK;
+    size_t w = inner - i0 < CUM_BLOCK ? inner - i0 : CUM_BLOCK;
+    const float *x = k->x + o * len * inner + i0;
+    float *y = k->y + o * len * inner + i0;
+    for (size_t i = 0; i < w; i++) acc[i] = 0;
     for (size_t t = 0; t < len; t++) {
       size_t j = k->reverse ? len - 1 - t : t;
-      s += x[j * inner];
-      if (k->add) y[j * inner] += (float)s;
-      else y[j * inner] = (float)s;
+      const float *xr = x + j * inner;
+      float *yr = y + j * inner;
+      for (size_t i = 0; i < w; i++) acc[i] += xr[i];
+      if (k->add) for (size_t i = 0; i < w; i++) yr[i] += (float)acc[i];
+      else for (size_t i = 0; i < w; i++) yr[i] = (float)acc[i];
     }
   }
 }
@@ -319,7 +328,7 @@ static int cumsum_backward(gl_node *n, gl_tensor **gout) {
   if (!g) return GL_OK;
   const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
   cum_ctx c = {*sp, gout[0]->data, g->data, 1, 1};
-  gl_parallel_for(sp->outer * sp->inner, sp->n ? sp->n : 1, cum_range, &c);
+  gl_parallel_for(sp->outer * cum_blocks(sp), (sp->n ? sp->n : 1) * CUM_BLOCK, cum_range, &c);
   return GL_OK;
 }
 
@@ -336,7 +345,7 @@ int gl_cumsum(gl_tensor **out, gl_tensor *a, int dim) {
   int st = gl_empty(out, a->ndim, a->shape);
   if (st) return st;
   cum_ctx c = {sp, a->data, (*out)->data, 0, 0};
-  gl_parallel_for(sp.outer * sp.inner, sp.n ? sp.n : 1, cum_range, &c);
+  gl_parallel_for(sp.outer * cum_blocks(&sp), (sp.n ? sp.n : 1) * CUM_BLOCK, cum_range, &c);
   gl_node *n = gl_record(&op_cumsum, 1, &a, 1, out);
   if (n) save_span(n, &sp);
   return GL_OK;

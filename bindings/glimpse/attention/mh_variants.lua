@@ -174,7 +174,8 @@ function M.general(query, key, value, p, o, fname)
                     and o.q_start == o.k_start
     if running then
       -- causal, eq. 8-9: running sums S_i = sum_j<=i phi(k_j) v_j^T, z_i = sum_j<=i phi(k_j)
-      local kvs = (fk:reshape(N, Tk, dh, 1) * v:reshape(N, Tk, 1, dh)):cumsum(2)
+      local kvs = fk:reshape(N * Tk, dh, 1):matmul(v:reshape(N * Tk, 1, dh))   -- outer products
+                    :reshape(N, Tk, dh * dh):cumsum(2)
       local zs = fk:cumsum(2)
       local fqt = fq:reshape(N, g, Tq, dh):permute(1, 3, 2, 4):reshape(N * Tq, g, dh)
       local num = fqt:matmul(kvs:reshape(N * Tq, dh, dh))                  -- (N*T, g, dh)
