@@ -52,6 +52,19 @@ MultiheadAttention.forward_options = options.declare("nn.MultiheadAttention:forw
 -- the forward options when none are given (read only)
 local FORWARD_DEFAULTS = MultiheadAttention.forward_options:check(nil, 1)
 
+-- the forward's options, checked; the common call (causal and need_weights, booleans) is
+-- read directly: the module's cost stays that of the attention on small inputs
+local function forward_options(opts)
+  if opts == nil then return FORWARD_DEFAULTS end
+  for k, v in pairs(opts) do
+    if (k ~= "causal" and k ~= "need_weights") or type(v) ~= "boolean" then
+      return MultiheadAttention.forward_options:check(opts, 3)
+    end
+  end
+  return {causal = opts.causal, need_weights = opts.need_weights ~= false, q_start = 0,
+          k_start = 0}
+end
+
 --- nn.MultiheadAttention(d, heads, {causal=false, dropout=0, bias=true, positions="none",
 ---   rope_base=10000, t5_buckets=32, t5_max_distance=128, kv_heads=heads, window=nil,
 ---   top_k=nil, attention="softmax"}) -> module
@@ -118,7 +131,7 @@ function MultiheadAttention:forward(query, key, value, mask, opts)
   if not glimpse.is_tensor(query) or query:dim() ~= 3 or query.shape[3] ~= self.embed_dim then
     check.fail(2, "MultiheadAttention: query must be (B,T,%d)", self.embed_dim)
   end
-  local o = opts == nil and FORWARD_DEFAULTS or MultiheadAttention.forward_options:check(opts, 2)
+  local o = forward_options(opts)
   local causal = self.causal
   if o.causal ~= nil then causal = o.causal end
   local ao = {mask = mask, causal = causal, dropout = self.dropout, training = self.training,
