@@ -364,7 +364,7 @@ function T.test_bad_options_are_errors_naming_the_function()
                             nn.MultiheadAttention, 8, 2, {top_k = 2, attention = "linear"})
   lu.assertErrorMsgContains("did you mean 'window'", nn.TransformerEncoderLayer, 8, 2,
                             {windw = 2})
-  lu.assertErrorMsgContains("positions = 'alibi' needs attention = 'softmax'",
+  lu.assertErrorMsgContains("nn.TransformerDecoderLayer: positions = 'alibi' needs attention",
                             nn.TransformerDecoderLayer, 8, 2,
                             {positions = "alibi", attention = "linear"})
   local ct = require "datasets.compare_tasks"

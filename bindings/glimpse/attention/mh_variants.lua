@@ -10,6 +10,8 @@
 --   S = q k^T / sqrt(dh) (+ alibi or t5 bias), masked by key padding, attn_mask, causal,
 --     window (|p - s| < window) and top_k (the k largest visible scores of each row)
 --   P = softmax(S) over the visible keys;  out = concat_h(P v) W_o^T + b_o
+--   (general's one local P (B,h,Tq,Tk) holds the per-head probabilities; nil where linear
+--   attention runs on sums and no weights were asked for)
 --   linear (Katharopoulos et al. 2020, eq. 6-9): phi(x) = elu(x) + 1,
 --     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps);
 --     non-causal through the (dh,dh) sums, O(T dh^2); causal through running sums (cumsum)

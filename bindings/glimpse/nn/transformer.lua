@@ -21,6 +21,7 @@
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
+local variants = require "glimpse.attention.mh_variants"
 
 -- the layers these are made of, from their own family files (not glimpse.nn: no cycle)
 local nn = {
@@ -122,6 +123,7 @@ local function layer_options(spec, d, heads, opts)
                tostring(heads))
   end
   local o = spec:check(opts, 4)
+  variants.check(o, heads, o.kv_heads or heads, d // heads, cls, 4)
   if o.dropout >= 1 then
     check.fail(4, "%s: dropout must be a number in [0,1), got %s", cls, tostring(o.dropout))
   end
