@@ -312,6 +312,23 @@ function T.test_fused_path_is_taken_when_every_option_is_off()
   assert_close(wa, wb, SAME_TOL, "fused vs general weights")
 end
 
+function T.test_capture_records_every_variant_per_head()
+  glimpse.manual_seed(98)
+  local x = glimpse.randn(2, 5, 8)
+  for _, o in ipairs({{positions = "rope", kv_heads = 1}, {positions = "t5", window = 2},
+                      {top_k = 2}, {attention = "linear", causal = true}}) do
+    local enc = nn.TransformerEncoderLayer(8, 4, {dim_feedforward = 8, dropout = 0,
+                                                  positions = o.positions, kv_heads = o.kv_heads,
+                                                  window = o.window, top_k = o.top_k,
+                                                  attention = o.attention})
+    local maps = att.capture(function() enc(x, {causal = o.causal}) end, enc)
+    local m = maps["self_attn"]
+    lu.assertNotNil(m, next(o))
+    lu.assertEquals(m.shape, {2, 4, 5, 5}, next(o))
+    assert_close(m:sum(4), glimpse.ones(2, 4, 5), 1e-4, "rows sum to 1")
+  end
+end
+
 -- ---------------------------------------------------------------------------------------
 -- layers and the model
 

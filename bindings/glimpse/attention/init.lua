@@ -14,6 +14,7 @@
 --   positions.lua    attention.positions: rope, alibi_slopes/alibi_bias, t5_bucket/t5_bias,
 --                    visibility (causal and window masks at position offsets)
 --   ntm.lua          attention.ntm: content, interpolate, shift, sharpen, address, read, write
+--   capture.lua      attention.capture(fn, root): every attention map computed inside fn
 local M = {}
 
 local PARTS = {
@@ -34,5 +35,6 @@ end
 
 M.ntm = require "glimpse.attention.ntm"
 M.positions = require "glimpse.attention.positions"
+M.capture = require "glimpse.attention.capture"
 
 return M

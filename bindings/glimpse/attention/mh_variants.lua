@@ -10,8 +10,8 @@
 --   S = q k^T / sqrt(dh) (+ alibi or t5 bias), masked by key padding, attn_mask, causal,
 --     window (|p - s| < window) and top_k (the k largest visible scores of each row)
 --   P = softmax(S) over the visible keys;  out = concat_h(P v) W_o^T + b_o
---   (general's one local P (B,h,Tq,Tk) holds the per-head probabilities; nil where linear
---   attention runs on sums and no weights were asked for)
+--   (general's one local P (B,h,Tq,Tk) holds the per-head probabilities, recorded for
+--   attention.capture; nil where linear attention runs on sums and no weights are wanted)
 --   linear (Katharopoulos et al. 2020, eq. 6-9): phi(x) = elu(x) + 1,
 --     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps);
 --     non-causal through the (dh,dh) sums, O(T dh^2); causal through running sums (cumsum)
@@ -21,6 +21,7 @@
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local positions = require "glimpse.attention.positions"
+local capture = require "glimpse.attention.capture"
 
 local M = {}
 
@@ -172,7 +173,8 @@ function M.general(query, key, value, p, o, fname)
       fk = (fk:reshape(B, kv, Tk, dh) * o.mask:reshape(B, 1, Tk, 1)):reshape(B * kv, Tk, dh)
     end
     local N = B * kv
-    local running = o.causal and not o.need_weights and o.attn_mask == nil and Tq == Tk
+    local want = o.need_weights or capture.active          -- the weights, (B,h,Tq,Tk)
+    local running = o.causal and not want and o.attn_mask == nil and Tq == Tk
                     and o.q_start == o.k_start
     if running then
       -- causal, eq. 8-9: running sums S_i = sum_j<=i phi(k_j) v_j^T, z_i = sum_j<=i phi(k_j)
@@ -189,7 +191,7 @@ function M.general(query, key, value, p, o, fname)
       local z = fk:sum(2, true)
       local den = fq:matmul(z:transpose(2, 3)) + M.LINEAR_EPS           -- (N, g*Tq, 1)
       ctx = fq:matmul(kvsum) / den
-      if o.need_weights then
+      if want then
         P = (fq:matmul(fk:transpose(2, 3)) / den):reshape(B, h, Tq, Tk)
       end
     else
@@ -217,6 +219,7 @@ function M.general(query, key, value, p, o, fname)
     if o.dropout > 0 and o.training then Pd = glimpse.dropout(P, o.dropout, true) end
     ctx = Pd:reshape(B * kv, g * Tq, Tk):matmul(v)
   end
+  if capture.active then capture.record(p.module or "attention.multi_head", P, {heads = h}) end
   ctx = ctx:reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, d)
   local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
   if not o.need_weights then return out, nil end

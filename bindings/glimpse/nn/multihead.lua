@@ -144,14 +144,15 @@ function MultiheadAttention:forward(query, key, value, mask, opts)
   if self.in_proj_weight then   -- the packed projection (the fused op's)
     p = {heads = self.num_heads, in_proj_weight = self.in_proj_weight,
          in_proj_bias = self.in_proj_bias, out_weight = self.out_proj.weight,
-         out_bias = self.out_proj.bias, relative_attention_bias = self.relative_attention_bias}
+         out_bias = self.out_proj.bias, relative_attention_bias = self.relative_attention_bias,
+         module = self}                                  -- module: attention.capture's key
   else
     p = {heads = self.num_heads, kv_heads = self.kv_heads,
          q_proj_weight = self.q_proj_weight, k_proj_weight = self.k_proj_weight,
          v_proj_weight = self.v_proj_weight, q_proj_bias = self.q_proj_bias,
          k_proj_bias = self.k_proj_bias, v_proj_bias = self.v_proj_bias,
          relative_attention_bias = self.relative_attention_bias,
-         out_weight = self.out_proj.weight, out_bias = self.out_proj.bias}
+         out_weight = self.out_proj.weight, out_bias = self.out_proj.bias, module = self}
   end
   return att.multi_head(query, key, value, p, ao)
 end
