@@ -264,6 +264,31 @@ function T.test_seq2seq_page_viewer()
   lu.assertStrContains(H.read_file(d .. "/index.html"), '<a href="alignment_1.png">')
 end
 
+-- --model transformer: besides the decode's viewers, the captured maps of every layer and
+-- head (cross-attention, decoder and encoder self-attention), a layer and a head selector each
+function T.test_seq2seq_transformer_page_shows_every_layer_and_head()
+  local d = H.tmpdir()
+  script("seq2seq.lua", "--model transformer --positions rope --d 16 --heads 2 --layers 2 " ..
+         "--ff 16 --steps 4 --eval-every 2 --train 64 --valid 8 --max-len 6 --batch 8 " ..
+         "--maps 1 --out " .. H.sh_quote(d))
+  local r, data = run_check(d .. "/index.html")
+  lu.assertEquals(#data, 4)                  -- the decode's, then cross, decoder self, encoder self
+  local names = {}
+  for v = 2, 4 do
+    lu.assertEquals(#data[v].maps, 2)        -- two layers
+    lu.assertEquals(data[v].maps[1].heads, 2)
+    lu.assertEquals(r.viewers[v].heads, 2)   -- the head view
+    lu.assertNotNil(r.viewers[v].last, "no layer selector")
+    for _, m in ipairs(data[v].maps) do names[#names + 1] = m.name end
+  end
+  lu.assertEquals(names, {"decoder.0.multihead_attn", "decoder.1.multihead_attn",
+                          "decoder.0.self_attn", "decoder.1.self_attn",
+                          "encoder.0.self_attn", "encoder.1.self_attn"})
+  lu.assertEquals(#data[4].src, #data[4].tgt)  -- source over source
+  lu.assertTrue(verify(r, data))
+  assert_fits(r)
+end
+
 function T.test_compare_page_viewer_selects_mechanisms()
   local d = H.tmpdir() .. "/cmp"
   script("compare.lua", "--mechanisms dot/soft,additive/soft,rnnenc --tasks lookup --seeds 1 " ..

@@ -32,6 +32,52 @@ function M.add_seq2seq(page, ds, items, opts)
   return page
 end
 
+-- example b's rows 1..T and columns 1..S of a (B,heads,T',S') capture, as (heads,T,S) tables
+local function head_rows(map, b, T, S)
+  return map[b]:narrow(2, 1, T):narrow(3, 1, S):detach():totable()
+end
+
+--- viewer_data.transformer(model, ds, index) -> a list of {title=, data=}: every attention
+--- map of a models.Transformer (or any model whose alignments(batch) runs its layers) on
+--- example `index` of ds under teacher forcing, captured by glimpse.attention.capture and
+--- keyed by module path: the decoder's cross-attention (targets over the source), its
+--- self-attention (targets over targets) and the encoder's (source over source), each with
+--- every layer in the map selector and every head in the head selector.
+function M.transformer(model, ds, index)
+  local capture = require("glimpse.attention").capture
+  local batch = ds:collate({index})
+  local maps = capture(function() return model:alignments(batch) end, model)
+  local src = {}
+  for ch in ds.src[index]:gmatch(".") do src[#src + 1] = ch == " " and "_" or ch end
+  local tgt = {}
+  for _, id in ipairs(batch.tgt_out[1]:totable()) do
+    if id ~= 0 then tgt[#tgt + 1] = ds.tgt_vocab:token(math.tointeger(id)) end
+  end
+  local groups = {
+    {title = "decoder cross-attention (outputs over the source)", field = "multihead_attn",
+     rows = tgt, cols = src},
+    {title = "decoder self-attention (outputs over earlier outputs)", field = "decoder.*self_attn",
+     rows = tgt, cols = tgt},
+    {title = "encoder self-attention (source over source)", field = "encoder.*self_attn",
+     rows = src, cols = src},
+  }
+  local out = {}
+  for _, g in ipairs(groups) do
+    local list = {}
+    for _, key in ipairs(capture.keys(maps)) do
+      local m = maps[key]
+      if key:find(g.field) and glimpse.is_tensor(m) and m:dim() == 4
+         and m.shape[3] >= #g.rows and m.shape[4] >= #g.cols then
+        list[#list + 1] = {name = key, heads = m.shape[2], map = head_rows(m, 1, #g.rows, #g.cols)}
+      end
+    end
+    if #list > 0 then
+      out[#out + 1] = {title = g.title, data = {src = g.cols, tgt = g.rows, maps = list, vmax = 1}}
+    end
+  end
+  return out
+end
+
 --- viewer_data.pointer(alignment, pred, n [, title]) -> viewer data: the pointer's
 --- distribution per output step over the end slot and the n points, the chosen point outlined
 function M.pointer(alignment, pred, n, title)
