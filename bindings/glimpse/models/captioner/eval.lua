@@ -1,11 +1,14 @@
 --- glimpse.models.caption_eval -- what a captioning experiment measures on a held-out set
 -- of a caption source (glimpse.data.caption_sources): captions (beam or greedy), BLEU-1..4,
--- the teacher-forced loss, the attention inside the named item's box, two baselines that
+-- CIDEr-D and ROUGE-L against every reference (on scenes: every phrasing of the scene), what
+-- the captions say about the scene (glimpse.data.scene_text.semantics), the teacher-forced
+-- loss, the attention inside the named item's box, two baselines that
 -- never look at the image, and the overlay strips.
 --
 --   local ce = glimpse.models.caption_eval
 --   local words, alphas = ce.captions(cap, src.test, 3)            -- beam 3
 --   local bleu = ce.bleu(src.test, words)                          -- {b1, b2, b3, b4}
+--   local s = ce.scores(src.test, words)       -- {bleu=, cider=, rouge_l=, semantics=}
 --   local box = ce.in_box_generated(cap, src.test, words, alphas)  -- {inside=, chance=, ...}
 --
 -- The captioner runs in evaluation mode without a tape; its training mode is restored.
@@ -187,6 +190,57 @@ function M.bleu(set, words)
   for i = 1, set.n do refs[i] = set.refs(i) end
   local b = metrics.bleu(words, refs)
   return {b[1], b[2], b[3], b[4]}
+end
+
+--- caption_eval.scores(set, words) -> {bleu = {BLEU-1..4}, cider = CIDEr-D, rouge_l =
+-- ROUGE-L, references = the mean number of references per image, semantics = what the
+-- captions say about their scenes (sets with set.scene: glimpse.data.scene_text.semantics'
+-- summary; nil for others)}
+function M.scores(set, words)
+  local refs, nref = {}, 0
+  for i = 1, set.n do refs[i] = set.refs(i); nref = nref + #refs[i] end
+  local b = metrics.bleu(words, refs)
+  local r = {bleu = {b[1], b[2], b[3], b[4]}, cider = (metrics.cider(words, refs)),
+             rouge_l = (metrics.rouge_l(words, refs)), references = nref / math.max(set.n, 1)}
+  if set.scene then
+    local scenes = {}
+    for i = 1, set.n do scenes[i] = set.scene(i) end
+    r.semantics = glimpse.data.scene_text.semantics(words, scenes)
+  end
+  return r
+end
+
+-- "a / b / c / d" in percent
+local function pct(b)
+  return string.format("%.1f / %.1f / %.1f / %.1f", 100 * b[1], 100 * b[2], 100 * b[3], 100 * b[4])
+end
+
+--- caption_eval.scores_line(what, s) -> one line of text for caption_eval.scores' BLEU-1..4,
+-- CIDEr-D and ROUGE-L
+function M.scores_line(what, s)
+  return string.format("%s: BLEU-1..4 %s, CIDEr-D %.3f, ROUGE-L %.1f", what, pct(s.bleu), s.cider,
+                       100 * s.rouge_l)
+end
+
+--- caption_eval.semantics_line(what, sem) -> one line of text for a semantics summary: item
+-- and relation precision / recall, the right count, exact scenes, and per number of items
+-- the captions with the right count, that name every item and that describe exactly the scene
+function M.semantics_line(what, sem)
+  local ks, parts = {}, {}
+  for k in pairs(sem.by_items) do ks[#ks + 1] = k end
+  table.sort(ks)
+  for _, k in ipairs(ks) do
+    local b = sem.by_items[k]
+    parts[#parts + 1] = string.format("%d: %d, %d, %d of %d", k, b.count, b.all_named, b.exact,
+                                      b.n)
+  end
+  return string.format("  meaning, %s: items P %.1f%% R %.1f%%, relations P %.1f%% R %.1f%%, " ..
+                       "right count %.1f%%, exact scene %.1f%% (grammatical %.1f%%); right " ..
+                       "count, all items named, exact, by items: %s", what,
+                       100 * sem.items.precision, 100 * sem.items.recall,
+                       100 * sem.relations.precision, 100 * sem.relations.recall, 100 * sem.count,
+                       100 * sem.exact,
+                       100 * sem.grammatical, table.concat(parts, "; "))
 end
 
 M.LENGTH_PENALTIES = {0, 0.5, 1, 1.5, 2, 3}
@@ -429,12 +483,17 @@ function M.items_line(r)
                        table.concat(parts, ", "), 100 * r.precision)
 end
 
-local function pct(b)
-  return string.format("%.1f / %.1f / %.1f / %.1f", 100 * b[1], 100 * b[2], 100 * b[3], 100 * b[4])
+-- the references of image i as text: all of them, or for scenes the caption and how many
+-- other phrasings there are
+local function refs_text(set, i, sep)
+  local refs = set.refs(i)
+  if not set.scene or #refs == 1 then return table.concat(refs, sep) end
+  return string.format("%s (and %d other phrasings)", refs[1], #refs - 1)
 end
 
 --- caption_eval.test(cap, source, {beam=3, seed=1}) -> r: every measure of the test set:
--- r.words, r.alphas (the beam captions and their maps), r.bleu, r.bleu_greedy, r.loss,
+-- r.words, r.alphas (the beam captions and their maps), r.words_greedy, r.scores and
+-- r.scores_greedy (caption_eval.scores of each), r.bleu, r.bleu_greedy, r.loss,
 -- r.baselines (caption_eval.baselines), r.in_box and r.in_box_teacher_forced (sets with
 -- boxes), r.items (generated scenes: caption_eval.items), r.lines (the summary as text
 -- lines) and r.samples (one line per image: index, caption, references).
@@ -443,35 +502,47 @@ function M.test(cap, source, opts)
   local set, beam = source.test, opts.beam or 3
   local r = {}
   r.words, r.alphas = M.captions(cap, set, beam)
-  r.bleu, r.bleu_greedy = M.bleu(set, r.words), M.bleu(set, (M.captions(cap, set, 1)))
+  r.words_greedy = beam == 1 and r.words or (M.captions(cap, set, 1))
+  r.scores, r.scores_greedy = M.scores(set, r.words), M.scores(set, r.words_greedy)
+  r.bleu, r.bleu_greedy = r.scores.bleu, r.scores_greedy.bleu
   r.loss, r.baselines = M.loss(cap, set), M.baselines(source, set, opts.seed)
   local base = r.baselines
-  r.lines = {string.format("test (%d images): BLEU-1..4 %s with beam %d (greedy %s); test " ..
-                           "loss %.3f", set.n, pct(r.bleu), beam, pct(r.bleu_greedy), r.loss),
+  r.lines = {string.format("test (%d images, %.1f references each): %s; test loss %.3f", set.n,
+                           r.scores.references, M.scores_line("beam " .. beam, r.scores), r.loss),
+             M.scores_line("  greedy", r.scores_greedy),
              string.format("  baselines without the image: bag of words %s (\"%s\"), random " ..
                            "training caption %s", pct(base.bag_of_words), base.bag_caption,
                            pct(base.random_caption))}
   if set.has_boxes then
     r.in_box = M.in_box_generated(cap, set, r.words, r.alphas)
     r.in_box_teacher_forced = M.in_box_teacher_forced(cap, set)
-    r.lines[3] = M.box_line("generated captions", r.in_box)
-    r.lines[4] = M.box_line("teacher forcing", r.in_box_teacher_forced)
+    r.lines[#r.lines + 1] = M.box_line("generated captions", r.in_box)
+    r.lines[#r.lines + 1] = M.box_line("teacher forcing", r.in_box_teacher_forced)
   end
   r.items = M.items(set, r.words)
   if r.items then r.lines[#r.lines + 1] = M.items_line(r.items) end
+  if r.scores.semantics then
+    r.lines[#r.lines + 1] = M.semantics_line("beam " .. beam, r.scores.semantics)
+    r.lines[#r.lines + 1] = M.semantics_line("greedy", r.scores_greedy.semantics)
+  end
   r.samples = {}
   for i = 1, set.n do
-    r.samples[i] = string.format("%d\t%s\t| %s", i, r.words[i], table.concat(set.refs(i), " | "))
+    r.samples[i] = string.format("%d\t%s\t| %s", i, r.words[i], refs_text(set, i, " | "))
   end
   return r
 end
 
 --- caption_eval.metrics(r, history, extra) -> the entries of metrics.json: caption_eval.test's
---- result r (test_bleu, test_bleu_greedy, test_loss, baseline_bleu, attention_in_box,
---- attention_in_box_teacher_forced, items), a Trainer's history (steps, train_seconds,
---- history: its evaluations) and extra's entries
+--- result r (test_bleu, test_bleu_greedy, test_cider, test_cider_greedy, test_rouge_l,
+--- test_rouge_l_greedy, test_semantics, test_semantics_greedy, test_references, test_loss,
+--- baseline_bleu, attention_in_box, attention_in_box_teacher_forced, items), a Trainer's
+--- history (steps, train_seconds, history: its evaluations) and extra's entries
 function M.metrics(r, history, extra)
+  local s, g = r.scores or {}, r.scores_greedy or {}
   local m = {test_bleu = r.bleu, test_bleu_greedy = r.bleu_greedy, test_loss = r.loss,
+             test_cider = s.cider, test_cider_greedy = g.cider, test_rouge_l = s.rouge_l,
+             test_rouge_l_greedy = g.rouge_l, test_semantics = s.semantics,
+             test_semantics_greedy = g.semantics, test_references = s.references,
              baseline_bleu = {bag_of_words = r.baselines.bag_of_words,
                               random_caption = r.baselines.random_caption},
              attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced,
@@ -492,6 +563,7 @@ function M.overlays(cap, set, words, alphas, dir, n)
     for w in words[i]:gmatch("%S+") do list[#list + 1] = w end
     cap:overlays(set.display(i), alphas[i], list, dir .. "/" .. png, {ncol = STRIP_COLUMNS})
     rows[i] = {i = i, png = png, words = words[i], refs = set.refs(i),
+               refs_text = refs_text(set, i, " / "),
                bleu = metrics.bleu({words[i]}, {set.refs(i)})}
   end
   return rows
@@ -517,7 +589,7 @@ function M.page(page, cap, set, r, dir, opts)
   page:paragraph("Each strip: the image, then where the model looked for each word it generated.")
   for _, o in ipairs(M.overlays(cap, set, r.words, r.alphas, dir, opts.overlays or 8)) do
     page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, " ..
-                       "BLEU-4 %.0f)", o.i, o.words, table.concat(o.refs, " / "),
+                       "BLEU-4 %.0f)", o.i, o.words, o.refs_text,
                        100 * o.bleu[1], 100 * o.bleu[4])})
   end
   return page
