@@ -12,6 +12,11 @@
 -- differences, |dy| >= |dx| gives above (dy < 0) or below, otherwise left (dx < 0) or right.
 -- Every word of an item's phrase (not the article) carries that item's box; the other words
 -- carry none (nil: iterate boxes with `for k = 1, #tokens`).
+--
+-- The grammar also reads captions back: scene_text.references (every phrasing of a scene,
+-- the references of its BLEU, CIDEr-D and ROUGE-L), scene_text.parse (a caption's items and
+-- relations) and scene_text.semantics (what captions say about their scenes, judged by
+-- meaning: docs/api/metrics.md).
 local glimpse = require "glimpse"
 local Vocab = require "glimpse.data.vocab"
 local batches = require "glimpse.data.batches"
