@@ -11,6 +11,7 @@
 --   regularisers.lua doubly_stochastic, coverage, coverage_penalty
 --   multihead.lua    multi_head (PyTorch's nn.MultiheadAttention maths), pointer_logits
 --   ntm.lua          attention.ntm: content, interpolate, shift, sharpen, address, read, write
+--   capture.lua      attention.capture(fn, root): every attention map computed inside fn
 local M = {}
 
 local PARTS = {
@@ -30,5 +31,6 @@ for _, name in ipairs(PARTS) do
 end
 
 M.ntm = require "glimpse.attention.ntm"
+M.capture = require "glimpse.attention.capture"
 
 return M
