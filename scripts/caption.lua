@@ -87,6 +87,8 @@ run:write_run_json()
 run:write_metrics(ce.metrics(r, history, {dataset = name, attention = cap.config.attention,
   recipe = cap.config.attention == "hard" and not args.load and args.recipe or nil, load = args.load,
   beam = args.beam, decoding = tried and {chosen = tuned, tried = tried} or nil, config = cap.config}))
-ce.page(glimpse.report.Page{title = "glimpse captioner"}, cap, src.test, r, run.dir,
-        {overlays = args.overlays, name = name, history = history}):write(run:path("index.html"))
+local page = ce.page(glimpse.report.Page{title = "glimpse captioner"}, cap, src.test, r, run.dir,
+                     {overlays = args.overlays, name = name, history = history})
+require("glimpse.lab.viewer_data").add_captions(page, cap, src.test, r, run.dir, args.overlays)
+page:write(run:path("index.html"))
 print("wrote model.safetensors, metrics.json, samples.txt, overlay_*.png and index.html to " .. run.dir)
