@@ -12,7 +12,8 @@
 -- A source has: vocab; image_spec {channels, height, width, mean, std}; train, a dataset
 -- (n, lengths, collate(indices) -> {images, captions_in, captions_out, mask}) for
 -- batches.order / the Trainer; valid and test, evaluation sets {n, has_boxes, height, width,
--- batch(indices) -> batch, refs(i) -> reference strings, display(i) -> the (C,H,W) picture
+-- batch(indices) -> batch, refs(i) -> reference strings (scenes: every phrasing of the
+-- scene's caption, scene_text.references, the caption first), display(i) -> the (C,H,W) picture
 -- as seen (before normalisation), scene(i) (scenes: the scene with its item boxes)};
 -- train_captions() -> every training caption as a string; random_images(indices) -> the
 -- images of those training examples (B,C,H,W); pictures(n) -> up to n training pictures as
@@ -39,7 +40,7 @@ function M.scenes(o)
   local function wrap(ds)
     return {n = ds.n, has_boxes = true, height = ds.height, width = ds.width,
             batch = function(idx) return ds:collate(idx) end,
-            refs = function(i) return {ds.scenes[i].caption} end,
+            refs = function(i) return ds:references(i) end,      -- every phrasing
             display = function(i) return ds:image(i) end,
             scene = function(i) return ds.scenes[i] end}
   end

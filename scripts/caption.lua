@@ -6,8 +6,10 @@
 --   glimpse scripts/caption.lua --load MODEL --steps 0     (evaluate a saved captioner)
 --   glimpse scripts/caption.lua --karpathy dataset_flickr8k.json --images DIR --encoder vgg16 ...
 --   glimpse scripts/caption.lua --images DIR --captions captions.tsv --min-count 1  (your own)
--- At the end: test BLEU-1..4 (beam and greedy) next to two captioners that never look at the
--- image, and (scenes, shapes) the attention inside the named item's box.  Writes
+-- At the end: test BLEU-1..4, CIDEr-D and ROUGE-L (beam and greedy; on scenes every phrasing
+-- is a reference) next to two captioners that never look at the image, and (scenes, shapes)
+-- the attention inside the named item's box and what the captions say (items, relations,
+-- exact scenes: glimpse.data.scene_text.semantics).  Writes
 -- model.safetensors, metrics.json, run.json, samples.txt, overlay_<k>.png and index.html.
 local glimpse = require "glimpse"
 local experiment, captioner = glimpse.experiment, glimpse.captioner

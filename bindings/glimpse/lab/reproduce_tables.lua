@@ -242,12 +242,33 @@ local function caption_run(kind)
     end,
     rows = function(m)
       local b, box = m.test_bleu, m.attention_in_box
-      local rows = {{label = kind .. " attention, test BLEU-1 / BLEU-4", paper = kind == "soft" and
+      local rows = {{label = kind .. " attention, test BLEU-1 / BLEU-4 (every phrasing a " ..
+                               "reference)", paper = kind == "soft" and
                        "Flickr8k 67 / 19.5" or "Flickr8k 67 / 21.3",
                      glimpse = string.format("%.1f / %.1f", 100 * b[1], 100 * b[4])}}
       if box and box.inside then          -- where the item word looks: mass in its box
-        rows[2] = {label = kind .. " attention, mass in the named item's box (chance)",
-                   paper = "—", glimpse = string.format("%s (%s)", pct(box.inside), pct(box.chance))}
+        rows[#rows + 1] = {label = kind .. " attention, mass in the named item's box (chance)",
+          paper = "—", glimpse = string.format("%s (%s)", pct(box.inside), pct(box.chance))}
+      end
+      if m.test_cider then                -- every phrasing of the scene is a reference
+        rows[#rows + 1] = {label = kind .. " attention, test CIDEr-D / ROUGE-L (greedy)",
+          paper = "—", glimpse = string.format("%.3f / %.1f (%.3f / %.1f)", m.test_cider,
+            100 * m.test_rouge_l, m.test_cider_greedy, 100 * m.test_rouge_l_greedy)}
+      end
+      local sem = m.test_semantics
+      if sem then                         -- what the captions say about the scene
+        rows[#rows + 1] = {label = kind .. " attention, items / relations named right " ..
+                                   "(precision, recall), exact scenes", paper = "—",
+          glimpse = string.format("%s, %s / %s, %s; %s", pct(sem.items.precision),
+            pct(sem.items.recall), pct(sem.relations.precision), pct(sem.relations.recall),
+            pct(sem.exact))}
+        local four = sem.by_items["4"] or sem.by_items[4]
+        if four then
+          rows[#rows + 1] = {label = kind .. " attention, four-item scenes: right count, all " ..
+                                     "four named, exact", paper = "—",
+            glimpse = string.format("%d, %d, %d of %d", four.count, four.all_named, four.exact,
+                                    four.n)}
+        end
       end
       return rows
     end}
