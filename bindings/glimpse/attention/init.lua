@@ -10,6 +10,7 @@
 --   hard.lua         sample, region_argmax, gumbel_sample; baseline, reinforce_loss (Xu et al.)
 --   regularisers.lua doubly_stochastic, coverage, coverage_penalty
 --   multihead.lua    multi_head (PyTorch's nn.MultiheadAttention maths), pointer_logits
+--   cache.lua        kv_project, multi_head_cached, multi_head_step (incremental decoding)
 --   ntm.lua          attention.ntm: content, interpolate, shift, sharpen, address, read, write
 local M = {}
 
@@ -20,6 +21,7 @@ local PARTS = {
   "glimpse.attention.hard",
   "glimpse.attention.regularisers",
   "glimpse.attention.multihead",
+  "glimpse.attention.cache",
 }
 
 for _, name in ipairs(PARTS) do
