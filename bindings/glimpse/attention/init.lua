@@ -12,6 +12,7 @@
 --   multihead.lua    multi_head (PyTorch's nn.MultiheadAttention maths), pointer_logits
 --   cache.lua        kv_project, multi_head_cached, multi_head_step (incremental decoding)
 --   ntm.lua          attention.ntm: content, interpolate, shift, sharpen, address, read, write
+--   capture.lua      attention.capture(fn, root): every attention map computed inside fn
 local M = {}
 
 local PARTS = {
@@ -32,5 +33,6 @@ for _, name in ipairs(PARTS) do
 end
 
 M.ntm = require "glimpse.attention.ntm"
+M.capture = require "glimpse.attention.capture"
 
 return M

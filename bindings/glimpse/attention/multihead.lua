@@ -6,6 +6,7 @@
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local args = require "glimpse.attention.args"
+local capture = require "glimpse.attention.capture"
 
 local C = glimpse._attention
 local named, as_tensor = args.named, args.as_tensor
@@ -19,7 +20,8 @@ local NEG_BIG = 1e9
 --- attention.multi_head(query (B,Tq,d), key (B,Tk,d), value (B,Tk,d), p, opts)
 ---   -> out (B,Tq,d), weights (B,Tq,Tk) averaged over heads (nil when opts.need_weights is false)
 -- p: heads, in_proj_weight (3d,d), in_proj_bias (3d) or nil, out_weight (d,d), out_bias (d)
--- or nil.  opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
+-- or nil, module (the key attention.capture files the per-head weights under; nil: none).
+-- opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
 -- dropout (on the attention weights) and training, need_weights (default true; false skips
 -- averaging the weights, as PyTorch's need_weights=False), fused (default true: self-attention
 -- without dropout runs as one fused op; false forces the general path, which computes the same).
@@ -49,7 +51,8 @@ function M.multi_head(query, key, value, p, opts)
     -- opts.fused = false takes the general path below, the fused op's test oracle
     local qkv = glimpse.linear(query, W, bias)                      -- (B,T,3d)
     local ctx, P = C.mh_packed(qkv, as_tensor(opts.mask), h, opts.causal or false,
-                               1 / math.sqrt(dh), opts.need_weights ~= false)
+                               1 / math.sqrt(dh), opts.need_weights ~= false or capture.active)
+    if capture.active then capture.record(p.module or "attention.multi_head", P, {heads = h}) end
     local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
     if opts.need_weights == false then return out, nil end
     return out, P:mean(2)
@@ -70,6 +73,9 @@ function M.multi_head(query, key, value, p, opts)
     q, k, v = part(0, query, Tq), part(1, key, Tk), part(2, value, Tk)
   end
   local P = C.mh_probs(q, k, as_tensor(opts.mask), h, opts.causal or false, 1 / math.sqrt(dh))
+  if capture.active then
+    capture.record(p.module or "attention.multi_head", P:reshape(B, h, Tq, Tk), {heads = h})
+  end
   local Pd = P
   if dropping then Pd = glimpse.dropout(P, opts.dropout, true) end
   local ctx = Pd:matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, d)

@@ -62,8 +62,9 @@ function MultiheadAttention:forward(query, key, value, mask, opts)
   return att.multi_head(query, key, value, {
     heads = self.num_heads, in_proj_weight = self.in_proj_weight,
     in_proj_bias = self.in_proj_bias, out_weight = self.out_proj.weight,
-    out_bias = self.out_proj.bias}, {mask = mask, causal = causal, dropout = self.dropout,
-                                     training = self.training, need_weights = o.need_weights})
+    out_bias = self.out_proj.bias, module = self},       -- module: attention.capture's key
+    {mask = mask, causal = causal, dropout = self.dropout, training = self.training,
+     need_weights = o.need_weights})
 end
 
 function MultiheadAttention:extra_repr()

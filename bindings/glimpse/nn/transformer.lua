@@ -17,6 +17,7 @@
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
+local capture = require "glimpse.attention.capture"
 
 -- the layers these are made of, from their own family files (not glimpse.nn: no cycle)
 local nn = {
@@ -74,6 +75,7 @@ local function masked_attention(mha, query, kv, mask, kpm, causal, need_weights,
   local q, k, v = part(0, query, Tq), part(1, kv, Tk), part(2, kv, Tk)
   local S = (q:matmul(k:transpose(2, 3)) * (1 / math.sqrt(dh))):reshape(B, h, Tq, Tk)
   local P = glimpse.softmax(S, 4, full)
+  if capture.active then capture.record(mha, P, {heads = h}) end
   local Pd = P
   if mha.dropout > 0 and mha.training then Pd = glimpse.dropout(P, mha.dropout, true) end
   local ctx = Pd:reshape(B * h, Tq, Tk):matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4)
