@@ -190,6 +190,28 @@ function T.test_beam_one_is_greedy_and_a_wider_beam_scores_at_least_as_well()
   end
 end
 
+function T.test_capture_records_the_cached_steps_per_head()
+  local m, b = trained_model()
+  local capture = att.capture
+  local maps, outs, ex = capture(function() return m:decode(b, {max_len = 6}) end, m)
+  local first = maps["decoder.1.multihead_attn"]         -- step 1, every row: (B,heads,1,S)
+  lu.assertEquals(first.shape, {b.src.shape[1], 2, 1, b.src.shape[2]})
+  for i = 1, #outs do
+    close(first:mean(2):select(1, i):reshape(b.src.shape[2]), glimpse.tensor(ex.alignments[i][1]),
+          "the capture's heads average to the alignment, row " .. i)
+  end
+  lu.assertEquals(maps["decoder.0.self_attn#3"].shape[4], 3, "step 3 sees 3 target keys")
+  -- beam search: each hypothesis carries its own rows of every step's maps
+  local _, _, bex = capture(function() return m:decode(b, {beam = 3, max_len = 6}) end, m)
+  for i = 1, #bex.n_best do
+    local h = bex.n_best[i][1]
+    local cross = h.maps["decoder.1.multihead_attn"]     -- (steps, heads, 1, S)
+    lu.assertEquals(cross.shape[1], #h.alignment)
+    close(cross:mean(2):reshape(#h.alignment, b.src.shape[2]), glimpse.tensor(h.alignment),
+          "beam maps, row " .. i)
+  end
+end
+
 function T.test_decoding_restores_training_mode_and_caps_max_len()
   local ds = ct.task("reversal"):train_set(4, 1)
   glimpse.manual_seed(4)

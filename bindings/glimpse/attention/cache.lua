@@ -12,11 +12,14 @@
 -- surviving beams.  Keys are cached after the projection (and after any transform that
 -- depends on their position, which is applied once, when the key is made), so a step never
 -- touches a past key again.  The functions never change a cache in place: a step returns a
--- new table with the new rows appended.
+-- new table with the new rows appended.  p is attention.multi_head's parameter table (heads,
+-- in_proj_weight, in_proj_bias, out_weight, out_bias, module); under attention.capture each
+-- call files its per-head weights (B,heads,Tq,Tk) under p.module, as attention.multi_head.
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
 local args = require "glimpse.attention.args"
+local capture = require "glimpse.attention.capture"
 
 local C = glimpse._attention
 local as_tensor, check_tensor = args.as_tensor, args.check_tensor
@@ -99,10 +102,11 @@ local function check_kv(kv, B, h, dh, what, fname, level)
   return kv.k.shape[3]
 end
 
--- q (B,h,Tq,dh) over k, v (B,h,Tk,dh): out (B,Tq,d), weights (B,Tq,Tk) or nil.
+-- q (B,h,Tq,dh) over k, v (B,h,Tk,dh): out (B,Tq,d), weights (B,Tq,Tk) or nil; under
+-- attention.capture the per-head weights are filed under p.module (else who).
 -- q_start/k_start (0-based positions of the first query and key) given: causal, key
 -- k_start+j visible to query q_start+i iff k_start + j <= q_start + i.
-local function attend(q, k, v, p, mask, o, q_start, k_start)
+local function attend(who, q, k, v, p, mask, o, q_start, k_start)
   local B, h, Tq, dh = q.shape[1], q.shape[2], q.shape[3], q.shape[4]
   local Tk = k.shape[3]
   local scale = 1 / math.sqrt(dh)
@@ -124,6 +128,9 @@ local function attend(q, k, v, p, mask, o, q_start, k_start)
     if mask then full = full * mask:reshape(B, 1, 1, Tk) end
     local S = (qf:matmul(kf:transpose(2, 3)) * scale):reshape(B, h, Tq, Tk)
     P = glimpse.softmax(S, 4, full):reshape(B * h, Tq, Tk)
+  end
+  if capture.active then       -- per head, as attention.multi_head files them
+    capture.record(p.module or who, P:reshape(B, h, Tq, Tk), {heads = h})
   end
   local Pd = P
   if o.dropout > 0 and o.training then Pd = glimpse.dropout(P, o.dropout, true) end
@@ -167,7 +174,7 @@ function M.multi_head_cached(query, p, kv, opts)
   local h, dh = check_params(p, query.shape[3], fname, 2)
   local Tk = check_kv(kv, B, h, dh, "kv", fname, 2)
   local mask = check_mask(o.mask, B, Tk, fname, 2)
-  return attend(project(query, p, 0, h, dh), kv.k, kv.v, p, mask, o)
+  return attend(fname, project(query, p, 0, h, dh), kv.k, kv.v, p, mask, o)
 end
 
 --- attention.multi_head_step(query (B,Tq,d), p, cache, {q_start=, mask=, need_weights=true,
@@ -198,7 +205,7 @@ function M.multi_head_step(query, p, cache, opts)
   if cache ~= nil then
     k, v = glimpse.cat({cache.k, k}, 3), glimpse.cat({cache.v, v}, 3)
   end
-  local out, w = attend(q, k, v, p, mask, o, q_start, q_start - Tc)
+  local out, w = attend(fname, q, k, v, p, mask, o, q_start, q_start - Tc)
   return out, w, {k = k, v = v}
 end
 

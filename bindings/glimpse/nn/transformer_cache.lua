@@ -33,7 +33,7 @@ Decoder.step_options = STEP
 local function params(mha)
   return {heads = mha.num_heads, in_proj_weight = mha.in_proj_weight,
           in_proj_bias = mha.in_proj_bias, out_weight = mha.out_proj.weight,
-          out_bias = mha.out_proj.bias}
+          out_bias = mha.out_proj.bias, module = mha}      -- module: attention.capture's key
 end
 
 local function check_input(x, d, what, fn, level)
