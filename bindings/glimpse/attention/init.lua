@@ -10,8 +10,8 @@
 --   hard.lua         sample, region_argmax, gumbel_sample; baseline, reinforce_loss (Xu et al.)
 --   regularisers.lua doubly_stochastic, coverage, coverage_penalty
 --   multihead.lua    multi_head (PyTorch's nn.MultiheadAttention maths), pointer_logits
---   cache.lua        kv_project, multi_head_cached, multi_head_step (incremental decoding)
 --   ntm.lua          attention.ntm: content, interpolate, shift, sharpen, address, read, write
+--   cache.lua        kv_project, multi_head_cached, multi_head_step (incremental decoding)
 --   capture.lua      attention.capture(fn, root): every attention map computed inside fn
 local M = {}
 
