@@ -14,7 +14,7 @@
 -- (exact sequences, hull area coverage, tsp tour length against the optimum).  Writes
 -- metrics.json, run.json, model.safetensors, index.html, instance_K.png, attention_K.png.
 local glimpse = require "glimpse"
-local figures = require "glimpse.plot.figures"
+local figures, viewer_data = require "glimpse.plot.figures", require "glimpse.lab.viewer_data"
 local experiment, util = glimpse.experiment, glimpse.util
 local points, Rng, eval = glimpse.data.points, glimpse.data.Rng, glimpse.models.eval
 
@@ -111,7 +111,7 @@ local history = glimpse.train.Trainer(run:trainer_options{
 if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 -- final evaluation, pictures, results
 model:save(run:path("model.safetensors"), {script = arg[0], steps = history.steps})
-local results, images, summary = {}, {}, {}
+local results, images, summary, views = {}, {}, {}, {}
 for ti, ts in ipairs(tests) do
   local entry = {n = ts.n, examples = ts.set.n}
   for _, kind in ipairs(args.beam > 1 and {"greedy", "beam"} or {"greedy"}) do
@@ -132,19 +132,19 @@ for ti, ts in ipairs(tests) do
     local n, a = #ds.points[i], string.format("attention_%d.png", k)
     images[#images + 1] = string.format("instance_%d.png", k)
     figures.points_instance(run:path(images[#images]), ds, i, preds[k])
-    if figures.pointer_attention(run:path(a), ex.alignments[k], preds[k], n,
-                                 string.format("pointer attention, %s n=%d", args.task, n)) then
+    local title = string.format("pointer attention, %s n=%d", args.task, n)
+    if figures.pointer_attention(run:path(a), ex.alignments[k], preds[k], n, title) then
       images[#images + 1] = a
+      views[#views + 1] = viewer_data.pointer(ex.alignments[k], preds[k], n, title .. ", example " .. k)
     end
   end
 end
 
-run:write_run_json()
-run:write_metrics{task = args.task, n = size_tag, steps = history.steps,
+run:write_run_json(); run:write_metrics{task = args.task, n = size_tag, steps = history.steps,
                   train_seconds = history.seconds, data_seconds = gen_seconds,
                   history = history.evals, tests = results, config = model.config,
                   optimiser = args.paper and "sgd-paper" or "adam", reference = require("glimpse.models.pointer").REFERENCE[args.task]}
 run:write_report{title = "pointer network: " .. args.task .. " n=" .. size_tag, history = history,
-                 charts = {"accuracy"}, summary = summary, images = images}
+                 charts = {"accuracy"}, summary = summary, images = images, attention = views}
 print(string.format("trained %d steps in %.0fs; wrote metrics.json, run.json, model.safetensors, "
                     .. "index.html and %d pictures to %s", history.steps, history.seconds, #images, run.dir))

@@ -14,7 +14,7 @@
 -- and writes alignment heatmaps (PNG and one SVG), samples.txt, metrics.json, run.json and
 -- index.html to the output folder it names at the end.
 local glimpse = require "glimpse"
-local figures = require "glimpse.plot.figures"
+local figures, viewer_data = require "glimpse.plot.figures", require "glimpse.lab.viewer_data"
 local experiment, util = glimpse.experiment, glimpse.util
 local tasks, eval = glimpse.data.seq2seq, glimpse.models.eval
 
@@ -92,9 +92,8 @@ if #idx > 0 then
                                ok and "" or "  WRONG")
   end
 end
-local images = figures.seq2seq_alignments(run.dir, valid, items,
-                                          {title = string.format("%s %s/%s", args.task,
-                                                                 args.score, args.mode)})
+local title = string.format("%s %s/%s", args.task, args.score, args.mode)
+local images = figures.seq2seq_alignments(run.dir, valid, items, {title = title})
 util.write_lines(run:path("samples.txt"), samples)
 local summary = {task = args.task, score = args.score, mode = args.mode, accuracy = acc,
                  accuracy_beam = acc_beam, beam = args.beam > 1 and args.beam or nil,
@@ -106,6 +105,7 @@ for k, v in pairs(summary) do m[k] = v end
 m.reached_target, m.history, m.config = history.reached, history.evals, cfg
 run:write_metrics(m)
 run:write_report{title = "seq2seq: " .. args.task, summary = summary, history = history,
-                 charts = {"accuracy"}, images = images}
+                 charts = {"accuracy"}, images = images, attention = function(page)
+                   viewer_data.add_seq2seq(page, valid, items, {title = title, pictures = images}) end}
 for _, s in ipairs(samples) do print("  " .. s) end
 print("wrote alignment heatmaps, samples.txt, metrics.json, run.json and index.html to " .. run.dir)

@@ -298,7 +298,7 @@ function T.test_captioner_soft_maps_equal_the_forward_alphas_on_the_grid()
   lu.assertEquals(info.extra, 0)
   -- caption: the maps of the kept hypothesis are its alphas (<end> step beyond them)
   local img = b.images[1]
-  local cmaps, _, _, calphas = capture(function() return cap:caption(img, {beam = 1}) end, cap)
+  local cmaps, _, _, calphas = capture(function() return cap:caption_maps(img, {beam = 1}) end, cap)
   local T_ = calphas.shape[1]
   if T_ > 0 then
     lu.assertEquals(max_diff(cmaps.attention:reshape(-1, 16):narrow(1, 1, T_), calphas), EXACT)

@@ -175,7 +175,7 @@ end
 function M.captions(cap, set, beam)
   local words, alphas = {}, {}
   each_batch(cap, set, function(b, idx)
-    local w, _, al = cap:caption(b.images, {beam = beam, list = true})
+    local w, _, al = cap:caption_maps(b.images, {beam = beam, list = true})
     for k, i in ipairs(idx) do words[i], alphas[i] = w[k], al[k] end
   end)
   return words, alphas
