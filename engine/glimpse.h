@@ -180,6 +180,8 @@ int gl_max(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int k
 int gl_min(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int keepdim);
 int gl_argmax(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
 int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
+/* running sum along dim (0-based): out[..., j, ...] = sum_{m <= j} a[..., m, ...] */
+int gl_cumsum(gl_tensor **out, gl_tensor *a, int dim);
 int gl_norm(gl_tensor **out, gl_tensor *a);                 /* L2 over all */
 int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased);
 
