@@ -1,7 +1,9 @@
 -- tests/test_transformer_decode.lua -- incremental decoding for the Transformer: the cached
 -- attention (bindings/glimpse/attention/cache.lua), nn.TransformerDecoderLayer:step
 -- (bindings/glimpse/nn/transformer_cache.lua) and models.Transformer:decode through
--- glimpse.decode (greedy, beam search), each against the recomputing route as the oracle.
+-- glimpse.decode (greedy, beam search), each against the recomputing route as the oracle,
+-- also under the self-attention's position schemes (rope, alibi, t5) and variants (kv_heads,
+-- window, top_k, linear attention).
 local lu = require "luaunit"
 local H = require "tests.helpers"
 local glimpse = require "glimpse"
@@ -110,6 +112,54 @@ function T.test_decoder_layer_step_equals_the_causal_forward()
   end
 end
 
+-- the position schemes and variants of the self-attention (nn.MultiheadAttention's options)
+local VARIANTS = {
+  {positions = "rope"}, {positions = "alibi"}, {positions = "t5"}, {kv_heads = 1},
+  {kv_heads = 2, positions = "rope"}, {window = 3}, {window = 1}, {top_k = 2},
+  {attention = "linear"}, {attention = "linear", kv_heads = 2},
+  {positions = "rope", kv_heads = 2, window = 2, top_k = 2},
+}
+
+local function describe(c)
+  local ks = {}
+  for k, v in pairs(c) do ks[#ks + 1] = k .. "=" .. tostring(v) end
+  table.sort(ks)
+  return table.concat(ks, ",")
+end
+
+function T.test_layer_step_with_every_position_scheme_and_variant_equals_the_forward()
+  for _, c in ipairs(VARIANTS) do
+    glimpse.manual_seed(3)
+    local o = {dim_feedforward = 32, dropout = 0}
+    for k, v in pairs(c) do o[k] = v end
+    local dec = nn.TransformerDecoderLayer(16, 4, o)
+    dec:evaluate()
+    local tgt, mem = glimpse.randn(3, 6, 16), glimpse.randn(3, 5, 16)
+    local m = glimpse.tensor{{1, 1, 1, 1, 1}, {1, 1, 1, 0, 0}, {1, 1, 0, 0, 0}}
+    local full = dec(tgt, mem, {causal = true, memory_key_padding_mask = m})
+    local cache, outs, _ = dec:init_cache(mem), {}, nil
+    for t = 1, 6 do
+      outs[t], _, cache = dec:step(tgt:narrow(2, t, 1), nil, cache, {memory_key_padding_mask = m})
+    end
+    close(glimpse.cat(outs, 2), full, describe(c) .. ": one position at a time")
+    local c2 = dec:init_cache(mem)
+    local a, b
+    a, _, c2 = dec:step(tgt:narrow(2, 1, 3), nil, c2, {memory_key_padding_mask = m})
+    b, _, c2 = dec:step(tgt:narrow(2, 4, 3), nil, c2, {memory_key_padding_mask = m})
+    close(glimpse.cat({a, b}, 2), full, describe(c) .. ": two chunks")
+    local tc = cache.tgt
+    if c.attention == "linear" then              -- running sums: the same size at every length
+      lu.assertEquals(tc.s.shape, {3, c.kv_heads or 4, 4, 4})
+      lu.assertEquals(tc.len, 6)
+    elseif c.window then                         -- the last window - 1 keys
+      lu.assertEquals(tc.k and tc.k.shape[3] or 0, c.window - 1)
+      lu.assertEquals(tc.start, 6 - (c.window - 1))
+    else
+      lu.assertEquals(tc.k.shape, {3, c.kv_heads or 4, 6, 4})
+    end
+  end
+end
+
 -- ---------------------------------------------------------------------------------------
 -- the model
 
@@ -139,6 +189,37 @@ function T.test_cached_greedy_decoding_equals_recomputing()
     lu.assertTrue(distinct >= 3 and any_finished and any_cut,
                   "rows finish at different steps (and some run to max_len)")
     lu.assertFalse(m.training)
+  end
+end
+
+function T.test_cached_decoding_with_position_schemes_and_variants_equals_recomputing()
+  local ds = ct.task("reversal"):train_set(24, 1)
+  local b = ds:collate({1, 2, 3, 4, 5, 6})
+  for _, c in ipairs({{positions = "rope"}, {positions = "alibi"}, {positions = "t5"},
+                      {positions = "none", kv_heads = 1}, {window = 3}, {top_k = 2},
+                      {attention = "linear"},
+                      {positions = "rope", kv_heads = 1, window = 4, top_k = 3}}) do
+    glimpse.manual_seed(8)
+    local o = {dataset = ds, d = 16, heads = 2, layers = 2, ff = 32, max_len = 64}
+    for k, v in pairs(c) do o[k] = v end
+    local m = glimpse.models.Transformer(o)
+    local opt = glimpse.optim.Adam(m:parameters(), {lr = 1e-2})
+    for _ = 1, 20 do
+      opt:zero_grad()
+      m:loss(b):backward()
+      opt:step()
+    end
+    local what = describe(c)
+    local outs, ex = m:decode(b, {max_len = 16})
+    local ref, rex = m:decode(b, {max_len = 16, cache = false})
+    for i = 1, #ref do
+      lu.assertEquals(outs[i], ref[i], what .. ": greedy row " .. i)
+      close(glimpse.tensor(ex.alignments[i]), glimpse.tensor(rex.alignments[i]),
+            what .. ": alignments of row " .. i)
+    end
+    local bo = m:decode(b, {beam = 3, max_len = 16})
+    local br = m:decode(b, {beam = 3, max_len = 16, cache = false})
+    lu.assertEquals(bo, br, what .. ": beam search")
   end
 end
 
@@ -244,11 +325,18 @@ function T.test_bad_options_and_arguments_are_errors()
   lu.assertErrorMsgContains("differ", dec.step, dec, y, glimpse.randn(2, 3, 8))
   local p = params(dec.self_attn)
   local _, _, c = att.multi_head_step(glimpse.randn(1, 3, 8), p, nil)
-  lu.assertErrorMsgContains("q_start 1 is before", att.multi_head_step, y, p, c, {q_start = 1})
+  lu.assertErrorMsgContains("q_start 1 does not follow", att.multi_head_step, y, p, c, {q_start = 1})
   lu.assertErrorMsgContains("mask [1,3] should be (B,Tk) = [1,4]", att.multi_head_step, y, p, c,
                             {mask = glimpse.ones(1, 3)})
   lu.assertErrorMsgContains("cache.k", att.multi_head_step, glimpse.randn(2, 1, 8), p, c)
   lu.assertErrorMsgContains("kv must be a table", att.multi_head_cached, y, p, 5)
+  lu.assertErrorMsgContains("needs attention = 'softmax'", att.multi_head_step, y, p, nil,
+                            {attention = "linear", window = 2})
+  lu.assertErrorMsgContains("did you mean 'positions'", att.multi_head_step, y, p, nil,
+                            {position = "rope"})
+  lu.assertErrorMsgContains("kv_heads must be a positive integer dividing heads",
+                            att.multi_head_step, y, {heads = 2, kv_heads = 3,
+                                                     in_proj_weight = p.in_proj_weight}, nil)
 end
 
 return T

@@ -10,8 +10,11 @@
 --                                                need_weights = true})
 --   end
 --
--- The cache is a table {tgt = {k, v}, memory = {k, v}} of (B,heads,T,dh) tensors whose rows
--- are the batch (glimpse.decode reorders them with the beams); step never changes it in place.
+-- The cache is a table {tgt = {k, v, start}, memory = {k, v}} of (B,heads,T,dh) tensors whose
+-- rows are the batch (glimpse.decode reorders them with the beams); step never changes it in
+-- place.  The self-attention's position scheme and variant (rope, alibi, t5, kv_heads, window,
+-- top_k, linear attention: the layer's options) carry over to the step
+-- (attention.multi_head_step); the cross-attention is plain.
 -- Run on a whole sequence one position at a time, step gives the rows that
 -- dec(tgt, memory, {causal = true, ...}) gives (to float rounding).
 local glimpse = require "glimpse"
@@ -31,9 +34,14 @@ Decoder.step_options = STEP
 
 -- the attention.multi_head parameters of an nn.MultiheadAttention
 local function params(mha)
-  return {heads = mha.num_heads, in_proj_weight = mha.in_proj_weight,
-          in_proj_bias = mha.in_proj_bias, out_weight = mha.out_proj.weight,
-          out_bias = mha.out_proj.bias, module = mha}      -- module: attention.capture's key
+  return {heads = mha.num_heads, kv_heads = mha.kv_heads,
+          in_proj_weight = mha.in_proj_weight, in_proj_bias = mha.in_proj_bias,
+          q_proj_weight = mha.q_proj_weight, k_proj_weight = mha.k_proj_weight,
+          v_proj_weight = mha.v_proj_weight, q_proj_bias = mha.q_proj_bias,
+          k_proj_bias = mha.k_proj_bias, v_proj_bias = mha.v_proj_bias,
+          relative_attention_bias = mha.relative_attention_bias,
+          out_weight = mha.out_proj.weight, out_bias = mha.out_proj.bias,
+          module = mha}                                   -- module: attention.capture's key
 end
 
 local function check_input(x, d, what, fn, level)
@@ -85,9 +93,10 @@ function Decoder:step(tgt, memory, cache, opts)
   local tkv
   local function sa(x)
     local y, _
-    y, _, tkv = att.multi_head_step(x, params(self.self_attn), cache and cache.tgt,
-                                    {q_start = o.q_start, need_weights = false,
-                                     dropout = self.self_attn.dropout, training = training})
+    local so = {q_start = o.q_start, need_weights = false, dropout = self.self_attn.dropout,
+                training = training}
+    for k, v in pairs(self.self_attn.variant or {}) do so[k] = v end   -- positions, window...
+    y, _, tkv = att.multi_head_step(x, params(self.self_attn), cache and cache.tgt, so)
     return self.dropout1(y)
   end
   local function ca(x)
