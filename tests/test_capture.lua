@@ -357,6 +357,32 @@ function T.test_beam_search_gives_each_hypothesis_its_captured_maps()
   lu.assertNil(plain[1][1].maps)
 end
 
+function T.test_model_decode_with_beam_returns_the_best_hypothesis_maps()
+  local ds = reversal()
+  glimpse.manual_seed(14)
+  local models_list = {
+    models.Seq2Seq{dataset = ds, emb = 8, hidden = 16, attn_hidden = 8},
+    models.Transformer{dataset = ds, d = 16, heads = 2, layers = 1, ff = 16},
+  }
+  for _, m in ipairs(models_list) do
+    local b = ds:collate({1, 2})
+    local _, _, ex = capture(function() return m:decode(b, {beam = 3, max_len = 8}) end, m)
+    lu.assertNotNil(ex.maps, tostring(m))
+    for i = 1, 2 do
+      local rows = glimpse.tensor(ex.alignments[i])
+      local key = ex.maps[i].attention and "attention" or "decoder.0.multihead_attn"
+      local got = ex.maps[i][key]
+      if got:dim() == 4 then                       -- (T, heads, 1, S): the heads' mean
+        got = got:mean(2):reshape(got.shape[1], got.shape[4])
+      end
+      lu.assertEquals(got.shape, rows.shape)
+      lu.assertTrue(max_diff(got, rows) < 1e-5, tostring(m))
+    end
+    local _, plain = m:decode(b, {beam = 3, max_len = 8})
+    lu.assertNil(plain.maps)
+  end
+end
+
 -- ---------------------------------------------------------------------------------------
 -- the serialisable form, nesting
 
