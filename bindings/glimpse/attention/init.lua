@@ -10,6 +10,9 @@
 --   hard.lua         sample, region_argmax, gumbel_sample; baseline, reinforce_loss (Xu et al.)
 --   regularisers.lua doubly_stochastic, coverage, coverage_penalty
 --   multihead.lua    multi_head (PyTorch's nn.MultiheadAttention maths), pointer_logits
+--   mh_variants.lua  multi_head's general path: grouped-query heads, window, top_k, linear
+--   positions.lua    attention.positions: rope, alibi_slopes/alibi_bias, t5_bucket/t5_bias,
+--                    visibility (causal and window masks at position offsets)
 --   ntm.lua          attention.ntm: content, interpolate, shift, sharpen, address, read, write
 local M = {}
 
@@ -30,5 +33,6 @@ for _, name in ipairs(PARTS) do
 end
 
 M.ntm = require "glimpse.attention.ntm"
+M.positions = require "glimpse.attention.positions"
 
 return M

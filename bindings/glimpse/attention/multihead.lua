@@ -5,7 +5,9 @@
 --   local out, w = attention.multi_head(x, nil, nil, p, {mask = pad, causal = true})
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
+local options = require "glimpse.options"
 local args = require "glimpse.attention.args"
+local variants = require "glimpse.attention.mh_variants"
 
 local C = glimpse._attention
 local named, as_tensor = args.named, args.as_tensor
@@ -16,13 +18,44 @@ local M = {}
 -- what pointer_logits adds to the logits of positions that may not be chosen
 local NEG_BIG = 1e9
 
+-- the options the fused and packed paths know; any other one goes through OPTIONS
+local PLAIN = {mask = true, causal = true, dropout = true, training = true,
+               need_weights = true, fused = true}
+
+local OPTIONS = options.declare("attention.multi_head", {
+  {"mask", "tensor|table", nil, help = "(B,Tk) key padding: 1 = attend, 0 = padding"},
+  {"attn_mask", "tensor|table", nil, help = "(Tq,Tk) or (B,Tq,Tk): which query may see which key"},
+  {"causal", "boolean", false, help = "query at position p sees keys at positions <= p"},
+  {"dropout", "number", 0, range = {0, 1}, help = "dropout on the attention weights"},
+  {"training", "boolean", false, help = "dropout acts only when true"},
+  {"need_weights", "boolean", true, help = "return the weights averaged over heads"},
+  {"fused", "boolean", true, help = "false: the general path even where the fused op applies"},
+  {"positions", "string", "none", choices = variants.POSITIONS,
+   help = "rope | alibi | t5 (bias table p.relative_attention_bias) | none"},
+  {"rope_base", "number", 10000, range = {1}, finite = true, help = "RoPE's base (> 1)"},
+  {"t5_max_distance", "int", 128, range = {1}, help = "T5: distances past this share a bucket"},
+  {"q_start", "int", 0, range = {0}, help = "0-based position of the first query row"},
+  {"k_start", "int", 0, range = {0}, help = "0-based position of the first key row"},
+  {"window", "int", nil, range = {1}, help = "local attention: keys with |p - s| < window"},
+  {"top_k", "int", nil, range = {1}, help = "keep the top_k scores of each query row"},
+  {"attention", "string", "softmax", choices = variants.KINDS,
+   help = "softmax | linear (Katharopoulos et al. 2020, elu + 1 features)"},
+})
+M.MULTI_HEAD_OPTIONS = OPTIONS
+
 --- attention.multi_head(query (B,Tq,d), key (B,Tk,d), value (B,Tk,d), p, opts)
 ---   -> out (B,Tq,d), weights (B,Tq,Tk) averaged over heads (nil when opts.need_weights is false)
 -- p: heads, in_proj_weight (3d,d), in_proj_bias (3d) or nil, out_weight (d,d), out_bias (d)
--- or nil.  opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
+-- or nil.  Or, for grouped-query heads (p.kv_heads < heads, or any time): q_proj_weight (d,d),
+-- k_proj_weight and v_proj_weight (kv_heads*dh,d), q_proj_bias, k_proj_bias, v_proj_bias
+-- (or nil); kv_heads (default heads); relative_attention_bias (buckets,heads) for t5.
+-- opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
 -- dropout (on the attention weights) and training, need_weights (default true; false skips
 -- averaging the weights, as PyTorch's need_weights=False), fused (default true: self-attention
 -- without dropout runs as one fused op; false forces the general path, which computes the same).
+-- Positions and variants (docs/api/attention.md): attn_mask, positions, rope_base,
+-- t5_max_distance, q_start, k_start, window, top_k, attention; with any of them set the
+-- attention runs on glimpse.attention.mh_variants' general path.
 -- key/value nil: self-attention.
 function M.multi_head(query, key, value, p, opts)
   local fname = "attention.multi_head"
@@ -40,6 +73,20 @@ function M.multi_head(query, key, value, p, opts)
   local Tk = key.shape[2]
   local h = p.heads
   if d % h ~= 0 then check.fail(2, "%s: width %d is not a multiple of %d heads", fname, d, h) end
+  -- positions, variants or separate projections: options checked, then the general path
+  local general = (p.kv_heads or h) ~= h or p.in_proj_weight == nil
+  if not general then
+    for k in pairs(opts) do
+      if not PLAIN[k] then general = true; break end
+    end
+  end
+  if general then
+    local o = OPTIONS:check(opts, 2)
+    variants.check(o, h, p.kv_heads or h, d // h, fname, 2)
+    o.mask, o.attn_mask = as_tensor(o.mask, fname), as_tensor(o.attn_mask, fname)
+    if variants.any(o, p, h) then return variants.general(query, key, value, p, o, fname) end
+    opts = o
+  end
   local dh = d // h
   local W, bias = p.in_proj_weight, p.in_proj_bias
   local dropping = (opts.dropout or 0) > 0 and opts.training

@@ -12,7 +12,9 @@
 --   x = PE(E_src src * sqrt(d)),  memory = EncoderLayer^N(x, key padding mask)
 --   y = PE(E_tgt y_<t * sqrt(d)), h = DecoderLayer^N(y, memory, causal), p(y_t) = softmax(W h_t)
 -- positions: "sinusoidal" (fixed, defined at every length) or "learned" (a table of
--- max_len rows; rows past the training lengths stay near their random start).
+-- max_len rows; rows past the training lengths stay near their random start), both added to
+-- the embeddings (PE above); "rope", "alibi", "t5" inside each self-attention (PE is then
+-- the identity); "none" nowhere.
 -- The alignment a glimpse table shows for it is the last decoder layer's attention over the
 -- memory, averaged over the heads.
 local glimpse = require "glimpse"
@@ -21,10 +23,14 @@ local Vocab = require "glimpse.data.vocab"
 local C = require "glimpse.models.common"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
+local variants = require "glimpse.attention.mh_variants"
 
 local M = {}
 
 local CLS = "Transformer"
+-- the first two are added to the embeddings; the others act inside self-attention
+local POSITIONS = {"sinusoidal", "learned", "rope", "alibi", "t5", "none"}
+local ADDED = {sinusoidal = true, learned = true}
 local FORMAT = "glimpse.transformer"
 local OPTIONS = options.declare(CLS, C.with_vocabs {
   {"d", "int", 64, range = {1}, help = "model width (a multiple of heads)"},
@@ -32,7 +38,15 @@ local OPTIONS = options.declare(CLS, C.with_vocabs {
   {"layers", "int", 2, range = {1}, help = "encoder and decoder layers each"},
   {"ff", "int", 128, range = {1}, help = "feed-forward width"},
   {"dropout", "number", 0, range = {0, 0.99}, help = "dropout"},
-  {"positions", "string", "sinusoidal", choices = {"sinusoidal", "learned"}, help = "position encoding"},
+  {"positions", "string", "sinusoidal", choices = POSITIONS,
+   help = "sinusoidal | learned (added to the embeddings) | rope | alibi | t5 (inside " ..
+          "self-attention) | none"},
+  {"kv_heads", "int", nil, range = {1}, help = "self-attention key/value heads (default " ..
+                                                "heads; 1 = multi-query)"},
+  {"window", "int", nil, range = {1}, help = "self-attention sees keys with |i - j| < window"},
+  {"top_k", "int", nil, range = {1}, help = "self-attention keeps each row's top_k scores"},
+  {"attention", "string", "softmax", choices = {"softmax", "linear"},
+   help = "self-attention: softmax or linear (Katharopoulos et al. 2020)"},
   {"max_len", "int", 256, range = {1}, help = "longest source or target (+1)"},
   {"norm_first", "boolean", false, help = "pre-norm layers"},
 })
@@ -43,9 +57,13 @@ local DECODE = C.decode_spec("Transformer:decode", {"beam", "max_len"})
 M.Transformer = Transformer
 
 --- Transformer{dataset= | src_vocab=, tgt_vocab=, d=64, heads=4, layers=2, ff=128,
----             dropout=0, positions="sinusoidal", max_len=256, norm_first=false} -> model
+---             dropout=0, positions="sinusoidal", max_len=256, norm_first=false,
+---             kv_heads=heads, window=nil, top_k=nil, attention="softmax"} -> model
 -- d: the model width (a multiple of heads); layers: encoder and decoder layers each; ff: the
 -- feed-forward width; max_len: the longest source or target (+1) it can take.
+-- positions "rope", "alibi", "t5" go to every self-attention (encoder bidirectional, decoder
+-- causal), not to the cross-attention; "none" uses no positions at all.  kv_heads, window,
+-- top_k and attention are the self-attentions' variants (nn.MultiheadAttention's options).
 function Transformer:init(o)
   local c = OPTIONS:check(o, 3)
   local src_vocab, tgt_vocab, ds = C.vocabs(CLS, c, 3)
@@ -59,8 +77,16 @@ function Transformer:init(o)
   rawset(self, "tgt_vocab", tgt_vocab)
   self.src_emb = nn.Embedding(src_vocab:size(), c.d)
   self.tgt_emb = nn.Embedding(tgt_vocab:size(), c.d)
-  self.pos = nn.PositionalEncoding(c.d, {max_len = c.max_len, learned = c.positions == "learned"})
-  local lo = {dim_feedforward = c.ff, dropout = c.dropout, norm_first = c.norm_first}
+  if ADDED[c.positions] then
+    self.pos = nn.PositionalEncoding(c.d, {max_len = c.max_len, learned = c.positions == "learned"})
+  else   -- rope, alibi, t5 act inside the self-attention; none is NoPE
+    self.pos = nn.Identity()
+  end
+  local lo = {dim_feedforward = c.ff, dropout = c.dropout, norm_first = c.norm_first,
+              positions = ADDED[c.positions] and "none" or c.positions,
+              kv_heads = c.kv_heads, window = c.window, top_k = c.top_k,
+              attention = c.attention}
+  variants.check(lo, c.heads, c.kv_heads or c.heads, c.d // c.heads, CLS, 3)
   self.encoder = nn.Sequential{}
   self.decoder = nn.Sequential{}
   for _ = 1, c.layers do
@@ -198,8 +224,13 @@ C.checkpoints(Transformer, M, CLS, FORMAT, true)
 
 function Transformer:extra_repr()
   local c = self.config
-  return string.format("d=%d, heads=%d, layers=%d, ff=%d, positions=%s, src=%d, tgt=%d",
-                       c.d, c.heads, c.layers, c.ff, c.positions, self.src_vocab:size(),
+  local extra = ""
+  if c.kv_heads then extra = extra .. ", kv_heads=" .. c.kv_heads end
+  if c.window then extra = extra .. ", window=" .. c.window end
+  if c.top_k then extra = extra .. ", top_k=" .. c.top_k end
+  if c.attention ~= "softmax" then extra = extra .. ", attention=" .. c.attention end
+  return string.format("d=%d, heads=%d, layers=%d, ff=%d, positions=%s%s, src=%d, tgt=%d",
+                       c.d, c.heads, c.layers, c.ff, c.positions, extra, self.src_vocab:size(),
                        self.tgt_vocab:size())
 end
 

@@ -38,50 +38,9 @@ local function as_mask(m, what, fn)
                       type(m)), 3)
 end
 
--- (Tq,Tk) lower triangle of ones: query i sees keys j <= i
-local function causal_mask(Tq, Tk)
-  local rows = {}
-  for i = 1, Tq do
-    local r = {}
-    for j = 1, Tk do r[j] = j <= i and 1 or 0 end
-    rows[i] = r
-  end
-  return glimpse.tensor(rows)
-end
-
--- Multi-head attention through mha's own parameters, with an attention mask (Tq,Tk) or
--- (B,Tq,Tk) besides the key padding mask and the causal flag; the path
--- glimpse.attention.multi_head takes when there is no such mask.  Same maths:
---   P = softmax(Q K^T / sqrt(dh), visible keys only), out = concat_h(P V) W_o^T + b_o.
-local function masked_attention(mha, query, kv, mask, kpm, causal, need_weights, fn)
-  local B, Tq, d = query.shape[1], query.shape[2], query.shape[3]
-  local Tk, h = kv.shape[2], mha.num_heads
-  local dh = d // h
-  local ms, md = mask.shape, mask:dim()
-  if not ((md == 2 and ms[1] == Tq and ms[2] == Tk) or
-          (md == 3 and ms[2] == Tq and ms[3] == Tk and (ms[1] == 1 or ms[1] == B))) then
-    error(string.format("%s: attention mask %s should be (T,S) = [%d,%d] or (B,T,S)", fn,
-                        check.shape(mask), Tq, Tk), 4)
-  end
-  local full = mask:reshape(md == 2 and 1 or ms[1], 1, Tq, Tk)
-  if kpm then full = full * kpm:reshape(B, 1, 1, Tk) end
-  if causal then full = full * causal_mask(Tq, Tk):reshape(1, 1, Tq, Tk) end
-  local W, bias = mha.in_proj_weight, mha.in_proj_bias
-  local function part(i, x, T)            -- rows i*d+1 .. (i+1)*d of the packed projection
-    local y = glimpse.linear(x, W:narrow(1, i * d + 1, d), bias and bias:narrow(1, i * d + 1, d))
-    return y:reshape(B, T, h, dh):permute(1, 3, 2, 4):reshape(B * h, T, dh)
-  end
-  local q, k, v = part(0, query, Tq), part(1, kv, Tk), part(2, kv, Tk)
-  local S = (q:matmul(k:transpose(2, 3)) * (1 / math.sqrt(dh))):reshape(B, h, Tq, Tk)
-  local P = glimpse.softmax(S, 4, full)
-  local Pd = P
-  if mha.dropout > 0 and mha.training then Pd = glimpse.dropout(P, mha.dropout, true) end
-  local ctx = Pd:reshape(B * h, Tq, Tk):matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4)
-  local out = glimpse.linear(ctx:reshape(B, Tq, d), mha.out_proj.weight, mha.out_proj.bias)
-  return out, need_weights and P:mean(2) or nil
-end
-
--- one attention block: query (B,T,d) over kv (B,S,d) (nil: self-attention)
+-- one attention block: query (B,T,d) over kv (B,S,d) (nil: self-attention); an attention
+-- mask (T,S) or (B,T,S) takes multi_head's general path (the same maths with a full
+-- (B,heads,T,S) mask), none the fused one
 local function attend(mha, query, kv, mask, kpm, causal, need_weights, fn)
   if kpm ~= nil then
     local S = (kv or query).shape[2]
@@ -91,9 +50,15 @@ local function attend(mha, query, kv, mask, kpm, causal, need_weights, fn)
     end
   end
   if mask ~= nil then
-    return masked_attention(mha, query, kv or query, mask, kpm, causal, need_weights, fn)
+    local Tq, Tk = query.shape[2], (kv or query).shape[2]
+    local ms, md = mask.shape, mask:dim()
+    if not ((md == 2 and ms[1] == Tq and ms[2] == Tk) or
+            (md == 3 and ms[2] == Tq and ms[3] == Tk and (ms[1] == 1 or ms[1] == query.shape[1]))) then
+      error(string.format("%s: attention mask %s should be (T,S) = [%d,%d] or (B,T,S)", fn,
+                          check.shape(mask), Tq, Tk), 4)
+    end
   end
-  return mha(query, kv, kv, kpm, {causal = causal, need_weights = need_weights})
+  return mha(query, kv, kv, kpm, {causal = causal, need_weights = need_weights, attn_mask = mask})
 end
 
 local ACTIVATIONS = {
@@ -116,6 +81,17 @@ local LAYER_ENTRIES = {
   {"norm_first", "boolean", false, help = "pre-norm (x + f(norm(x))) instead of post-norm"},
   {"layer_norm_eps", "number", 1e-5, range = {0}, help = "the layer norms' eps"},
 }
+-- the self-attention's position scheme and variant (nn.MultiheadAttention's own options)
+for _, e in ipairs(require("glimpse.nn.multihead").VARIANT_ENTRIES) do
+  LAYER_ENTRIES[#LAYER_ENTRIES + 1] = e
+end
+
+-- what the self-attention gets of the layer's options
+local function self_attention_options(o)
+  return {dropout = o.dropout, positions = o.positions, rope_base = o.rope_base,
+          t5_buckets = o.t5_buckets, t5_max_distance = o.t5_max_distance,
+          kv_heads = o.kv_heads, window = o.window, top_k = o.top_k, attention = o.attention}
+end
 
 local MASK = "tensor|table"
 local ENCODER_FORWARD = options.declare("nn.TransformerEncoderLayer:forward", {
@@ -220,7 +196,7 @@ local function build(nn)
   function Encoder:init(d, heads, opts)
     local o = layer_options(Encoder.options, d, heads, opts)
     setup(self, d, heads, o)
-    self.self_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
+    self.self_attn = nn.MultiheadAttention(d, heads, self_attention_options(o))
     feed_forward(self, nn, d, o)
     self.norm1 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
     self.norm2 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
@@ -264,7 +240,7 @@ local function build(nn)
   function Decoder:init(d, heads, opts)
     local o = layer_options(Decoder.options, d, heads, opts)
     setup(self, d, heads, o)
-    self.self_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
+    self.self_attn = nn.MultiheadAttention(d, heads, self_attention_options(o))
     self.multihead_attn = nn.MultiheadAttention(d, heads, {dropout = o.dropout})
     feed_forward(self, nn, d, o)
     self.norm1 = nn.LayerNorm(d, {eps = o.layer_norm_eps})
