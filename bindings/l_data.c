@@ -149,9 +149,58 @@ static int l_data_get(lua_State *L) {
   return 1;
 }
 
+/* _tsp_solve(ns, xy) -> tours, lengths: ns {count} city counts, xy the 2 * sum(ns)
+ * coordinates x1, y1, x2, ... of all instances one after the other; tours the sum(ns)
+ * 1-based cities of the optimal tours one after the other, lengths {count} */
+static int l_tsp_solve(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_Integer count = (lua_Integer)luaL_len(L, 1);
+  if (count > (1 << 24)) luaL_argerror(L, 1, "too many instances");
+  size_t total = 0;
+  int *n = lua_newuserdatauv(L, (size_t)(count ? count : 1) * sizeof(int), 0);
+  for (lua_Integer i = 1; i <= count; i++) {
+    lua_rawgeti(L, 1, i);
+    int isint;
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    lua_pop(L, 1);
+    if (!isint || v < 2 || v > GL_TSP_MAX_N)
+      return luaL_error(L, "_tsp_solve: instance %d has a size outside 2..%d", (int)i,
+                        GL_TSP_MAX_N);
+    n[i - 1] = (int)v;
+    total += (size_t)v;
+  }
+  if ((size_t)luaL_len(L, 2) != 2 * total)
+    return luaL_error(L, "_tsp_solve: %I coordinates for %I cities", (lua_Integer)luaL_len(L, 2),
+                      (lua_Integer)total);
+  double *xy = lua_newuserdatauv(L, 2 * (total ? total : 1) * sizeof(double), 0);
+  for (size_t k = 0; k < 2 * total; k++) {
+    lua_rawgeti(L, 2, (lua_Integer)k + 1);
+    int isnum;
+    xy[k] = lua_tonumberx(L, -1, &isnum);
+    lua_pop(L, 1);
+    if (!isnum) return luaL_error(L, "_tsp_solve: coordinate %I is not a number", (lua_Integer)k + 1);
+  }
+  int *tours = lua_newuserdatauv(L, (total ? total : 1) * sizeof(int), 0);
+  double *lengths = lua_newuserdatauv(L, (size_t)(count ? count : 1) * sizeof(double), 0);
+  LG_TRY(L, "tsp_solve", gl_tsp_solve((int)count, n, xy, tours, lengths));
+  lua_createtable(L, (int)total, 0);
+  for (size_t k = 0; k < total; k++) {
+    lua_pushinteger(L, tours[k] + 1);
+    lua_rawseti(L, -2, (lua_Integer)k + 1);
+  }
+  lua_createtable(L, (int)count, 0);
+  for (lua_Integer i = 0; i < count; i++) {
+    lua_pushnumber(L, lengths[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 2;
+}
+
 static const luaL_Reg data_fns[] = {
     {"_read_gz", l_read_gz},   {"_idx_info", l_idx_info}, {"_read_idx", l_read_idx},
-    {"_data_set", l_data_set}, {"_data_get", l_data_get}, {NULL, NULL}};
+    {"_data_set", l_data_set}, {"_data_get", l_data_get},
+    {"_tsp_solve", l_tsp_solve}, {NULL, NULL}};
 
 void lg_open_data(lua_State *L, int module_idx, int methods_idx) {
   (void)methods_idx;

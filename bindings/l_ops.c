@@ -180,6 +180,15 @@ static int m_sum(lua_State *L) { return reduction(L, "sum", gl_sum); }
 static int m_mean(lua_State *L) { return reduction(L, "mean", gl_mean); }
 static int m_logsumexp(lua_State *L) { return reduction(L, "logsumexp", gl_logsumexp); }
 
+/* x:cumsum(dim): the running sum along dim (1-based, negative from the end) */
+static int m_cumsum(lua_State *L) {
+  gl_tensor *a = lg_check(L, 1);
+  int dim = lg_checkdim(L, 2, a->ndim);
+  gl_tensor **box = lg_newbox(L);
+  LG_TRY(L, "cumsum", gl_cumsum(box, a, dim));
+  return 1;
+}
+
 static int m_var(lua_State *L) {
   gl_tensor *a = lg_check(L, 1);
   int dim = lg_optdim(L, 2, a->ndim, -1);
@@ -636,6 +645,7 @@ static const luaL_Reg methods[] = {
     {"round", m_round}, {"rsqrt", m_rsqrt}, {"gelu", m_gelu},
     {"clamp", m_clamp}, {"leaky_relu", m_leaky_relu},
     {"sum", m_sum}, {"mean", m_mean}, {"logsumexp", m_logsumexp}, {"var", m_var},
+    {"cumsum", m_cumsum},
     {"max", m_max}, {"min", m_min}, {"argmax", m_argmax}, {"argmin", m_argmin}, {"norm", m_norm},
     {"matmul", m_matmul}, {"mm", m_matmul}, {"bmm", m_matmul},
     {"reshape", m_reshape}, {"view", m_reshape}, {"flatten", m_flatten},

@@ -7,6 +7,8 @@
 -- Karpathy JSON: {"images": [{"filename": "x.jpg", "split": "train"|"val"|"test"|"restval",
 --                 "sentences": [{"tokens": ["a", "dog"], "raw": "A dog."}, ...]}, ...]}
 -- Flickr8k tokens: one caption a line, "<file>#<k>\t<caption text>".
+-- TSV: one caption a line, "<file>\t<caption text>[\t<split>]" (a file on several lines has
+-- several captions; "#" lines are comments); captions.load_file reads either format.
 --
 --   local captions = require "datasets.captions"
 --   local set = captions.load_karpathy("dataset_flickr8k.json")
@@ -114,6 +116,70 @@ function M.load_flickr8k(path)
     im.order = nil
   end
   return new_set(images, "flickr8k")
+end
+
+--- captions.load_tsv(path) -> set from a TSV file: one caption a line, "<file>\t<caption>"
+--- with an optional third column "train", "val" or "test" (else split is nil); a file on
+--- several lines gets several captions, in order.  Blank lines and lines starting with "#"
+--- are skipped; any other line without a tab is an error naming the file and the line.
+function M.load_tsv(path)
+  local text = read_file(path, "load_tsv")
+  local images, by_name, lineno = {}, {}, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    lineno = lineno + 1
+    line = line:gsub("\r$", "")
+    if line:match("%S") and not line:match("^%s*#") then
+      local file, rest = line:match("^([^\t]+)\t(.*)$")
+      if not file then
+        error(string.format("load_tsv: '%s' line %d is not '<file>\\t<caption>[\\t<split>]'",
+                            path, lineno), 2)
+      end
+      local raw, split = rest:match("^(.-)\t(%a+)%s*$")
+      raw = raw or rest
+      if split and split ~= "train" and split ~= "val" and split ~= "test" then
+        error(string.format("load_tsv: '%s' line %d: split must be train, val or test, got %q",
+                            path, lineno, split), 2)
+      end
+      local im = by_name[file]
+      if not im then
+        im = {filename = file, captions = {}, raw = {}, split = split}
+        by_name[file] = im
+        images[#images + 1] = im
+      end
+      im.split = im.split or split
+      im.raw[#im.raw + 1] = raw
+      im.captions[#im.captions + 1] = M.tokenize(raw)
+    end
+  end
+  if #images == 0 then error("load_tsv: '" .. path .. "' has no captions", 2) end
+  return new_set(images, "tsv")
+end
+
+--- captions.load_file(path, opts) -> set: a Karpathy JSON file (its name ends in .json or its
+--- text starts with "{") by load_karpathy(path, opts), else a TSV file by load_tsv
+function M.load_file(path, opts)
+  local head = read_file(path, "captions.load_file"):match("^%s*(.)")
+  local ok, set
+  if path:lower():match("%.json$") or head == "{" then
+    ok, set = pcall(M.load_karpathy, path, opts)
+  else
+    ok, set = pcall(M.load_tsv, path)
+  end
+  if not ok then error(check.strip(set), 2) end
+  return set
+end
+
+--- set:default_splits({every = 10}) -> set (in place): images without a split get one by
+--- their place k in the file: test when k % every == 0, val when k % every == every // 2,
+--- train otherwise
+function Set:default_splits(opts)
+  local every = (opts and opts.every) or 10
+  for k, im in ipairs(self.images) do
+    if not im.split then
+      im.split = k % every == 0 and "test" or (k % every == every // 2 and "val" or "train")
+    end
+  end
+  return self
 end
 
 --- captions.read_list(path) -> list of the non-empty lines of a file (e.g. the image names of

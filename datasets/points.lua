@@ -2,7 +2,8 @@
 -- points uniform in the unit square, with exact targets as sequences of input positions.
 --   sort   the points ordered by a key (x by default)
 --   hull   the convex hull, counter-clockwise, starting from the lowest index on the hull
---   tsp    the optimal closed tour (Held-Karp, exact, n <= 12), starting at city 1
+--   tsp    the optimal closed tour (Held-Karp in the engine, exact, n <= 20), from city 1;
+--          cache = a folder keeps the labels of a made set on disk (points.make)
 -- Coordinates are rounded to float32 before the targets are computed, so the targets are
 -- exact for the tensor the model sees.
 --
@@ -12,11 +13,13 @@
 --   -- b.points (3,n,2); b.targets (3,T) 1-based positions padded with 0; b.target_mask (3,T)
 local glimpse = require "glimpse"
 local Rng = require "glimpse.data.rng"
+local planar = require "glimpse.planar"
+local util = require "glimpse.util"
 
 local M = {}
 
---- largest n that tsp solves exactly (Held-Karp is O(2^n n^2))
-M.TSP_MAX_N = 12
+--- largest n that tsp solves exactly (Held-Karp is O(2^n n^2): 70 ms of CPU at n = 20)
+M.TSP_MAX_N = planar.TSP_MAX_N
 
 local function f32(x) return (string.unpack("f", string.pack("f", x))) end
 
@@ -134,70 +137,122 @@ function M.convex_hull(pts)
   return out
 end
 
---- points.tsp_exact(pts) -> tour, length: the optimal closed tour (Held-Karp dynamic
---- programming), as indices starting at 1, in the direction whose second city has the lower
---- index.  n <= points.TSP_MAX_N.
+--- points.tsp_exact(pts) -> tour, length: the optimal closed tour (planar.tsp_optimal:
+--- Held-Karp dynamic programming in the engine), as indices starting at 1, in the direction
+--- whose second city has the lower index.  n <= points.TSP_MAX_N.
 function M.tsp_exact(pts)
   local n = #pts
   if n > M.TSP_MAX_N then
     error(string.format("points.tsp_exact: n = %d is above %d (Held-Karp is exponential)", n,
                         M.TSP_MAX_N), 2)
   end
-  if n <= 3 then
-    local t = {}
-    for i = 1, n do t[i] = i end
-    return t, M.tour_length(pts, t)
-  end
-  local d = {}
-  for i = 1, n do
-    d[i] = {}
-    for j = 1, n do d[i][j] = dist(pts[i], pts[j]) end
-  end
-  -- cities 2..n are bits 0..n-2; cost[mask*n + j]: shortest path from city 1 through exactly
-  -- the cities in mask, ending at j (in mask)
-  local full = (1 << (n - 1)) - 1
-  local cost, from = {}, {}
-  for j = 2, n do
-    local key = (1 << (j - 2)) * n + j
-    cost[key], from[key] = d[1][j], 1
-  end
-  for mask = 1, full do
-    for j = 2, n do
-      local c = cost[mask * n + j]
-      if c then
-        local dj = d[j]
-        for k = 2, n do
-          local bit = 1 << (k - 2)
-          if mask & bit == 0 then
-            local key = (mask | bit) * n + k
-            local nc = c + dj[k]
-            local old = cost[key]
-            if not old or nc < old then cost[key], from[key] = nc, j end
-          end
-        end
+  if n <= 1 then return n == 1 and {1} or {}, 0 end
+  return planar.tsp_optimal(pts)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- a cache of tsp labels on disk: one text file per made set, named by its sizes, count, seed
+-- and a hash of its points; read back only when its key line and every point match the set
+-- being made and every tour is a permutation whose length is the one stored
+
+local CACHE_MAGIC = "glimpse points tsp labels 1"
+
+-- FNV-1a over the bits of every coordinate (64-bit integers wrap)
+local function points_hash(all)
+  local h = -3750763034362895579            -- 14695981039346656037 as a signed integer
+  for _, pts in ipairs(all) do
+    for _, p in ipairs(pts) do
+      for c = 1, 2 do
+        h = (h ~ string.unpack("<i8", string.pack("<d", p[c]))) * 1099511628211
       end
     end
   end
-  local best, last = math.huge, nil
-  for j = 2, n do
-    local c = cost[full * n + j] + d[j][1]
-    if c < best then best, last = c, j end
+  return h
+end
+
+local function cache_path(dir, lo, hi, all, seed)
+  local h = points_hash(all)
+  local name = string.format("tsp-n%s-count%d-%s-%016x.txt", lo == hi and lo or (lo .. "-" .. hi),
+                             #all, seed and ("seed" .. seed) or "rng", h)
+  return dir .. "/" .. name, string.format("key n=%d-%d count=%d hash=%016x", lo, hi, #all, h)
+end
+
+-- the labels of all from the file at path: tours, lengths; or nil, why
+local function cache_read(path, key, all)
+  local f = io.open(path, "rb")
+  if not f then return nil, "no file" end
+  local lines = f:lines()
+  local ok, tours, lengths = pcall(function()
+    if lines() ~= CACHE_MAGIC then error("not a label file of this version", 0) end
+    if lines() ~= key then error("made for other points (key)", 0) end
+    local tours, lengths = {}, {}
+    for i, pts in ipairs(all) do
+      local line = lines()
+      if not line then error("ends at instance " .. i, 0) end
+      local v = {}
+      for tok in line:gmatch("%S+") do v[#v + 1] = tonumber(tok) end
+      local n = #pts
+      if #v ~= 3 * n + 2 or v[1] ~= n then error("instance " .. i .. " has another size", 0) end
+      local tour = {}
+      for k = 1, n do
+        if v[2 * k] ~= pts[k][1] or v[2 * k + 1] ~= pts[k][2] then
+          error("instance " .. i .. " has other points", 0)
+        end
+        tour[k] = math.tointeger(v[2 * n + 1 + k])
+      end
+      local len = v[3 * n + 2]
+      if not M.is_tour(tour, n) or tour[1] ~= 1
+         or math.abs(M.tour_length(pts, tour) - len) > 1e-9 * math.max(1, len) then
+        error("instance " .. i .. " has a bad tour", 0)
+      end
+      tours[i], lengths[i] = tour, len
+    end
+    if lines() ~= nil then error("more instances than the set", 0) end
+    return tours, lengths
+  end)
+  f:close()
+  if not ok then return nil, tours end
+  return tours, lengths
+end
+
+local function cache_write(path, key, all, tours, lengths)
+  local out = {CACHE_MAGIC, key}
+  for i, pts in ipairs(all) do
+    local v = {#pts}
+    for _, p in ipairs(pts) do
+      local m = #v
+      v[m + 1], v[m + 2] = string.format("%a", p[1]), string.format("%a", p[2])
+    end
+    for _, c in ipairs(tours[i]) do v[#v + 1] = c end
+    v[#v + 1] = string.format("%a", lengths[i])
+    out[#out + 1] = table.concat(v, " ")
   end
-  local rev, mask, j = {}, full, last
-  while j ~= 1 do
-    rev[#rev + 1] = j
-    local p = from[mask * n + j]
-    mask = mask & ~(1 << (j - 2))
-    j = p
+  util.write_lines(path, out)       -- atomic: a temp file renamed over path
+end
+
+-- the optimal tours and lengths of every point list in all (sizes 1 .. TSP_MAX_N), read from
+-- the cache folder dir when a matching file is there, else solved (on glimpse's threads)
+-- and written there; status: "off", "read", "written" or "written (stale: why)"
+local function tsp_labels(all, lo, hi, dir, seed)
+  local path, key, why
+  if dir then
+    path, key = cache_path(dir, lo, hi, all, seed)
+    local tours, lengths = cache_read(path, key, all)
+    if tours then return tours, lengths, "read", path end
+    why = lengths
   end
-  local tour = {1}
-  for k = #rev, 1, -1 do tour[#tour + 1] = rev[k] end
-  if tour[2] > tour[n] then                         -- canonical direction
-    local t = {1}
-    for k = n, 2, -1 do t[#t + 1] = tour[k] end
-    tour = t
+  local big, tours, lengths = {}, {}, {}
+  for i, pts in ipairs(all) do
+    if #pts >= 2 then big[#big + 1] = i else tours[i], lengths[i] = M.tsp_exact(pts) end
   end
-  return tour, best
+  local list = {}
+  for k, i in ipairs(big) do list[k] = all[i] end
+  local t, l = planar.tsp_optimal_many(list)
+  for k, i in ipairs(big) do tours[i], lengths[i] = t[k], l[k] end
+  if not dir then return tours, lengths, "off" end
+  util.mkdir_p(dir)
+  cache_write(path, key, all, tours, lengths)
+  return tours, lengths, why == "no file" and "written" or ("written (stale: " .. why .. ")"), path
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -208,9 +263,13 @@ Points.__index = Points
 M.Points = Points
 
 --- points.make{task="sort"|"hull"|"tsp", n=10 (or {lo, hi}: a random size per example),
----             count=1000, seed=1, key="x" (sort), rng=nil} -> dataset with
+---             count=1000, seed=1, key="x" (sort), rng=nil, cache=nil} -> dataset with
 ---   ds.points[i]  list of {x, y};   ds.targets[i]  list of 1-based positions;
 ---   ds.lengths[i] = #ds.points[i];  ds.tour_lengths[i] (tsp: the optimal length).
+--- tsp labels are solved on glimpse's threads; cache = a folder: the labels are read from a
+--- file there made for exactly these points, else solved and written there (atomically);
+--- ds.cache_status says which ("read", "written", "written (stale: why)"; "off" without
+--- cache), ds.cache_path the file.
 function M.make(opts)
   opts = opts or {}
   local task = opts.task or "sort"
@@ -227,10 +286,12 @@ function M.make(opts)
                         M.TSP_MAX_N), 2)
   end
   local count = opts.count or 1000
+  if opts.cache ~= nil and (type(opts.cache) ~= "string" or opts.cache == "" or task ~= "tsp") then
+    error("points.make: cache must be a folder name (a string), for task 'tsp' only", 2)
+  end
   local rng = opts.rng or Rng.new(opts.seed or 1, "points." .. task)
   local ds = setmetatable({task = task, n = count, points = {}, targets = {}, lengths = {}, key = opts.key,
                            max_points = hi}, Points)
-  if task == "tsp" then ds.tour_lengths = {} end
   for i = 1, count do
     local pts = M.uniform(rng:int(lo, hi), rng)
     ds.points[i], ds.lengths[i] = pts, #pts
@@ -238,9 +299,11 @@ function M.make(opts)
       ds.targets[i] = M.sort_order(pts, opts.key)
     elseif task == "hull" then
       ds.targets[i] = M.convex_hull(pts)
-    else
-      ds.targets[i], ds.tour_lengths[i] = M.tsp_exact(pts)
     end
+  end
+  if task == "tsp" then
+    ds.targets, ds.tour_lengths, ds.cache_status, ds.cache_path =
+      tsp_labels(ds.points, lo, hi, opts.cache, not opts.rng and (opts.seed or 1) or nil)
   end
   return ds
 end

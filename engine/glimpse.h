@@ -180,6 +180,8 @@ int gl_max(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int k
 int gl_min(gl_tensor **values, gl_tensor **indices, gl_tensor *a, int dim, int keepdim);
 int gl_argmax(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
 int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim);
+/* running sum along dim (0-based): out[..., j, ...] = sum_{m <= j} a[..., m, ...] */
+int gl_cumsum(gl_tensor **out, gl_tensor *a, int dim);
 int gl_norm(gl_tensor **out, gl_tensor *a);                 /* L2 over all */
 int gl_var(gl_tensor **out, gl_tensor *a, int dim, int keepdim, int unbiased);
 
@@ -286,6 +288,18 @@ int gl_read_idx_info(const char *path, gl_idx_info *info);
 /* Items [offset, offset+limit) along dim 0 of an IDX file as floats (limit 0: to the end);
  * scale: u8 values / 255. */
 int gl_read_idx(gl_tensor **out, const char *path, size_t offset, size_t limit, int scale);
+
+/* ------------------------------------------------------------------------ */
+/* exact travelling-salesman tours (tsp.c: Held-Karp, O(2^n n^2) time, O(2^n n) memory) */
+
+#define GL_TSP_MAX_N 20
+/* count instances, instance i with n[i] cities (2 .. GL_TSP_MAX_N), their (x, y) in double
+ * one after the other in xy (2 * sum n values); writes each optimal closed tour into tours
+ * (sum n ints, 0-based, instance i at the sum of the n before it: city 0 first, the second
+ * city lower than the last) and its length into lengths[i].  Instances run side by side on
+ * the thread pool, each thread with a table of 2^(n-1) (n-1) states (76 MiB at n = 20).
+ * Errors: a size outside 2 .. GL_TSP_MAX_N (GL_EARG), a non-finite coordinate (GL_EVALUE). */
+int gl_tsp_solve(int count, const int *n, const double *xy, int *tours, double *lengths);
 
 /* ------------------------------------------------------------------------ */
 /* images: image_load.c reads files (libpng, libjpeg-turbo, stb_image for BMP/TGA/GIF, all

@@ -1,5 +1,5 @@
 /* ops_reduce.c -- reductions over one dim (or over everything): sum, mean, max/min with
- * indices, argmax, logsumexp, variance, L2 norm.
+ * indices, argmax, logsumexp, variance, L2 norm; and the running sum cumsum.
  *
  * A reduction over dim d sees the tensor as (outer, n, inner) and writes (outer, inner).
  * Sums accumulate in double so a mean over a large tensor does not drift.
@@ -280,6 +280,74 @@ int gl_logsumexp(gl_tensor **out, gl_tensor *a, int dim, int keepdim) {
     gl_save(n, al);
     gl_release(al);
   }
+  return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* cumsum: y[o, j, i] = sum_{m <= j} a[o, m, i]   a and y (outer, n, inner)
+ * backward: ga[o, m, i] += sum_{j >= m} g[o, j, i]   (the same running sum, reversed)
+ * Running sums accumulate in double.  The work is split in units of (o, a block of up to
+ * CUM_BLOCK columns i), each walking its rows in order with a contiguous inner loop. */
+
+#define CUM_BLOCK 256
+
+typedef struct {
+  span3 sp;
+  const float *x;
+  float *y;
+  int reverse, add;     /* reverse: from the last row down; add: y += instead of y = */
+} cum_ctx;
+
+static size_t cum_blocks(const span3 *sp) { return (sp->inner + CUM_BLOCK - 1) / CUM_BLOCK; }
+
+/* units u = o * blocks + b in [lo, hi) */
+static void cum_range(void *c, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const cum_ctx *k = c;
+  size_t len = k->sp.n, inner = k->sp.inner, blocks = cum_blocks(&k->sp);
+  double acc[CUM_BLOCK];
+  for (size_t u = lo; u < hi; u++) {
+    size_t o = u / blocks, i0 = (u % blocks) * CUM_BLOCK;
+    size_t w = inner - i0 < CUM_BLOCK ? inner - i0 : CUM_BLOCK;
+    const float *x = k->x + o * len * inner + i0;
+    float *y = k->y + o * len * inner + i0;
+    for (size_t i = 0; i < w; i++) acc[i] = 0;
+    for (size_t t = 0; t < len; t++) {
+      size_t j = k->reverse ? len - 1 - t : t;
+      const float *xr = x + j * inner;
+      float *yr = y + j * inner;
+      for (size_t i = 0; i < w; i++) acc[i] += xr[i];
+      if (k->add) for (size_t i = 0; i < w; i++) yr[i] += (float)acc[i];
+      else for (size_t i = 0; i < w; i++) yr[i] = (float)acc[i];
+    }
+  }
+}
+
+static int cumsum_backward(gl_node *n, gl_tensor **gout) {
+  gl_tensor *g = gl_grad_of(n, 0);
+  if (!g) return GL_OK;
+  const span3 *sp = &GL_NODE_STATE(n, reduce_state)->sp;
+  cum_ctx c = {*sp, gout[0]->data, g->data, 1, 1};
+  gl_parallel_for(sp->outer * cum_blocks(sp), (sp->n ? sp->n : 1) * CUM_BLOCK, cum_range, &c);
+  return GL_OK;
+}
+
+static const gl_op op_cumsum = {"cumsum", cumsum_backward};
+
+int gl_cumsum(gl_tensor **out, gl_tensor *a, int dim) {
+  if (dim < 0 || dim >= a->ndim) {
+    char b[128];
+    return gl_fail(GL_EARG, "cumsum: dim %d out of range for shape %s", dim + 1,
+                   gl_shape_str(b, sizeof b, a->ndim, a->shape));
+  }
+  span3 sp;
+  gl_dim_span(a, dim, &sp.outer, &sp.n, &sp.inner);
+  int st = gl_empty(out, a->ndim, a->shape);
+  if (st) return st;
+  cum_ctx c = {sp, a->data, (*out)->data, 0, 0};
+  gl_parallel_for(sp.outer * cum_blocks(&sp), (sp.n ? sp.n : 1) * CUM_BLOCK, cum_range, &c);
+  gl_node *n = gl_record(&op_cumsum, 1, &a, 1, out);
+  if (n) save_span(n, &sp);
   return GL_OK;
 }
 

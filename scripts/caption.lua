@@ -5,8 +5,11 @@
 --   glimpse scripts/caption.lua --attention hard           (20000 scenes, 3750 steps, Gumbel ST)
 --   glimpse scripts/caption.lua --load MODEL --steps 0     (evaluate a saved captioner)
 --   glimpse scripts/caption.lua --karpathy dataset_flickr8k.json --images DIR --encoder vgg16 ...
--- At the end: test BLEU-1..4 (beam and greedy) next to two captioners that never look at the
--- image, and (scenes, shapes) the attention inside the named item's box.  Writes
+--   glimpse scripts/caption.lua --images DIR --captions captions.tsv --min-count 1  (your own)
+-- At the end: test BLEU-1..4, CIDEr-D and ROUGE-L (beam and greedy; on scenes every phrasing
+-- is a reference) next to two captioners that never look at the image, and (scenes, shapes)
+-- the attention inside the named item's box and what the captions say (items, relations,
+-- exact scenes: glimpse.data.scene_text.semantics).  Writes
 -- model.safetensors, metrics.json, run.json, samples.txt, overlay_<k>.png and index.html.
 local glimpse = require "glimpse"
 local experiment, captioner = glimpse.experiment, glimpse.captioner
@@ -33,10 +36,13 @@ local FLAGS = options.declare("caption", {
    help = "cosine (to 0 over the step budget) | none"},
   {"overlays", "int", 8, range = {0}, help = "test images drawn with per-word attention"},
   {"init", "string", nil,
-   help = "start from the weights of a saved captioner (the sizes must match)"}})
+   help = "start from the weights of a saved captioner (the sizes must match)"},
+  {"captions", "string", nil, help = "the captions of the pictures in --images: Karpathy " ..
+   "JSON or TSV lines file<TAB>caption[<TAB>train|val|test]"}})
 FLAGS:add_flags(p)
 local args = experiment.parse(p); FLAGS:from_args(args)   -- the values checked
-local name = args.karpathy and "karpathy" or args.dataset
+if args.captions then args.karpathy = args.captions end   -- one reader takes both formats
+local name = args.captions and "own" or args.karpathy and "karpathy" or args.dataset
 args.out = args.out:gsub("<dataset>", name):gsub("<attention>", args.load and "eval" or args.attention)
 
 local run, t0 = experiment.start(args, {name = "caption"}), glimpse.clock()   -- seeds, output
@@ -49,6 +55,12 @@ if o.attention == "hard" then captioner.with_recipe(o, args.recipe) end
 local cap = args.load and run:check_load(captioner.load(args.load, {vocab = src.vocab,  -- flags set
   hard_eval = args.hard_eval, length_penalty = args.length_penalty}), o) or captioner.Captioner(o)
 if args.init then cap:load_weights(args.init) end
+if not (args.load and cap.description) then   -- what the model knows, kept in its file
+  local H, W = src.image_spec.height, src.image_spec.width
+  cap.description = src.description
+  cap.familiar_summary = captioner.familiar.summary(src.pictures(math.min(2000, 8192000 // (H * W))))
+end
+if src.note then run:print("  note: " .. src.note) end
 run.config = cap.config
 run:print(string.format("  %s: %d train / %d valid / %d test, vocab %d (data %.1fs)", name,
                         src.train.n, src.valid.n, src.test.n, src.vocab:size(), glimpse.clock() - t0))
@@ -75,6 +87,8 @@ run:write_run_json()
 run:write_metrics(ce.metrics(r, history, {dataset = name, attention = cap.config.attention,
   recipe = cap.config.attention == "hard" and not args.load and args.recipe or nil, load = args.load,
   beam = args.beam, decoding = tried and {chosen = tuned, tried = tried} or nil, config = cap.config}))
-ce.page(glimpse.report.Page{title = "glimpse captioner"}, cap, src.test, r, run.dir,
-        {overlays = args.overlays, name = name, history = history}):write(run:path("index.html"))
+local page = ce.page(glimpse.report.Page{title = "glimpse captioner"}, cap, src.test, r, run.dir,
+                     {overlays = args.overlays, name = name, history = history})
+require("glimpse.lab.viewer_data").add_captions(page, cap, src.test, r, run.dir, args.overlays)
+page:write(run:path("index.html"))
 print("wrote model.safetensors, metrics.json, samples.txt, overlay_*.png and index.html to " .. run.dir)

@@ -2,19 +2,22 @@
 -- datasets/seq2seq_tasks.lua (reversal / sorting of digit strings, date normalisation):
 -- glimpse.models.Seq2Seq, a bidirectional-LSTM encoder and an LSTM decoder with input feeding
 -- and one nn.Attention whose score function and mode are flags (Luong et al. 2015; hard
--- attention trains with REINFORCE as in Xu et al. 2015), trained by glimpse.train.Trainer.
+-- attention trains with REINFORCE as in Xu et al. 2015), trained by glimpse.train.Trainer;
+-- or, with --model transformer, glimpse.models.Transformer (its position scheme and attention
+-- variants are flags too: --positions rope, --kv-heads 1, ...).
 --
 --   glimpse scripts/seq2seq.lua --score additive --mode soft          (reversal, lengths 5-20)
 --   glimpse scripts/seq2seq.lua --task dates --score general --mode local-p
 --   glimpse scripts/seq2seq.lua --quick                               (a demo, under a minute)
 --   glimpse scripts/seq2seq.lua --quick --beam 5                      (+ beam search at the end)
+--   glimpse scripts/seq2seq.lua --quick --model transformer --positions alibi
 --
 -- Prints the configuration, progress, the exact-sequence accuracy of greedy decoding on a
 -- held-out set after each evaluation and at the end (and of beam search with --beam K > 1),
 -- and writes alignment heatmaps (PNG and one SVG), samples.txt, metrics.json, run.json and
 -- index.html to the output folder it names at the end.
 local glimpse = require "glimpse"
-local figures = require "glimpse.plot.figures"
+local figures, viewer_data = require "glimpse.plot.figures", require "glimpse.lab.viewer_data"
 local experiment, util = glimpse.experiment, glimpse.util
 local tasks, eval = glimpse.data.seq2seq, glimpse.models.eval
 
@@ -34,11 +37,17 @@ experiment.add_flags(parser, {batch = 64, lr = 0.003, clip = 5,
 local MODEL_FLAGS = {"emb", "hidden", "attn_hidden", "score", "mode", "window", "temperature",
                      "normaliser", "soft_prob", "entropy", "ds", "coverage", "length_penalty"}
 experiment.add_flags(parser, glimpse.models.Seq2Seq.options, MODEL_FLAGS)
+parser:option("--model", "seq2seq (an RNN with one attention) | transformer", "seq2seq")
+  :choices({"seq2seq", "transformer"})
+local TF_FLAGS = {"d", "heads", "layers", "ff", "positions", "kv_heads", "top_k", "attention"}
+experiment.add_flags(parser, glimpse.models.Transformer.options, TF_FLAGS)
 parser:option("--target", "stop once validation accuracy reaches this", "1.01"):convert(tonumber)
 parser:option("--maps", "alignment heatmaps to write", "4"):convert(tonumber)
 experiment.int_flags(parser, {min_len = 1, max_len = 1, train = 1, valid = 1, maps = 0})
 local args = experiment.parse(parser)
-args.out = args.out or string.format("out/seq2seq-%s-%s-%s", args.task, args.score, args.mode)
+local transformer = args.model == "transformer"
+args.out = args.out or (transformer and string.format("out/seq2seq-%s-transformer-%s", args.task,
+  args.positions) or string.format("out/seq2seq-%s-%s-%s", args.task, args.score, args.mode))
 
 -- data: training and held-out sets made from the seed
 local function make_set(n, seed)
@@ -47,12 +56,13 @@ local function make_set(n, seed)
 end
 local train, valid = make_set(args.train, args.seed), make_set(args.valid, args.seed + 7919)
 
-local cfg = glimpse.models.Seq2Seq.options:from_args(args, MODEL_FLAGS)
-cfg.max_src = math.max(args.max_len, 40) + 2
+local Model = transformer and glimpse.models.Transformer or glimpse.models.Seq2Seq
+local cfg = Model.options:from_args(args, transformer and TF_FLAGS or MODEL_FLAGS)
+if not transformer then cfg.max_src = math.max(args.max_len, 40) + 2 end
 local run = experiment.start(args, {name = "seq2seq", config = cfg})
 local o = {dataset = train}
 for k, v in pairs(cfg) do o[k] = v end
-local model = glimpse.models.Seq2Seq(o)
+local model = Model(o)
 run:count_params(model)
 
 local function accuracy(m, beam)
@@ -92,11 +102,13 @@ if #idx > 0 then
                                ok and "" or "  WRONG")
   end
 end
-local images = figures.seq2seq_alignments(run.dir, valid, items,
-                                          {title = string.format("%s %s/%s", args.task,
-                                                                 args.score, args.mode)})
+local title = transformer and string.format("%s Transformer (%s positions)", args.task, args.positions)
+  or string.format("%s %s/%s", args.task, args.score, args.mode)
+local images = figures.seq2seq_alignments(run.dir, valid, items, {title = title})
 util.write_lines(run:path("samples.txt"), samples)
-local summary = {task = args.task, score = args.score, mode = args.mode, accuracy = acc,
+local summary = {task = args.task, model = args.model, score = not transformer and args.score or nil,
+                 mode = not transformer and args.mode or nil, accuracy = acc,
+                 positions = transformer and args.positions or nil,
                  accuracy_beam = acc_beam, beam = args.beam > 1 and args.beam or nil,
                  length_penalty = args.beam > 1 and args.length_penalty or nil,
                  steps = history.steps, train_seconds = history.seconds}
@@ -106,6 +118,10 @@ for k, v in pairs(summary) do m[k] = v end
 m.reached_target, m.history, m.config = history.reached, history.evals, cfg
 run:write_metrics(m)
 run:write_report{title = "seq2seq: " .. args.task, summary = summary, history = history,
-                 charts = {"accuracy"}, images = images}
+                 charts = {"accuracy"}, images = images, attention = function(page)
+                   viewer_data.add_seq2seq(page, valid, items, {title = title, pictures = images})
+                   if transformer and #idx > 0 then  -- every layer and head, teacher-forced
+                     for _, v in ipairs(viewer_data.transformer(model, valid, idx[1])) do
+                       page:attention(v.data, {title = "example 1: " .. v.title}) end end end}
 for _, s in ipairs(samples) do print("  " .. s) end
 print("wrote alignment heatmaps, samples.txt, metrics.json, run.json and index.html to " .. run.dir)

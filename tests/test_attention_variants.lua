@@ -21,6 +21,7 @@ local FIXTURE_RTOL = 1e-4      -- agreement with PyTorch, relative to the tensor
 local SAME_TOL = 1e-5          -- two routes to the same float32 maths
 local GC = {eps = 1e-2, atol = 2e-2, rtol = 3e-2}   -- gradcheck settings (float32)
 
+local PAD = {{1, 1, 1, 1, 1}, {1, 1, 1, 0, 0}}
 local WEIGHTS = {"q_proj_weight", "k_proj_weight", "v_proj_weight", "q_proj_bias",
                  "k_proj_bias", "v_proj_bias", "out_weight", "out_bias",
                  "relative_attention_bias"}
@@ -88,7 +89,36 @@ function T.test_window_matches_pytorch() check_fixture("var_window") end
 function T.test_causal_window_matches_pytorch() check_fixture("var_window_causal") end
 function T.test_top_k_matches_pytorch() check_fixture("var_topk") end
 function T.test_linear_attention_matches_pytorch() check_fixture("var_linear") end
-function T.test_causal_linear_attention_matches_running_sums() check_fixture("var_linear_causal") end
+function T.test_causal_linear_attention_matches_running_sums()
+  check_fixture("var_linear_causal")               -- the weights asked for: the masked product
+  local f, meta = fixture("var_linear_causal")
+  local p, o = case_from(f, meta)
+  o.need_weights = false                            -- no weights: the running sums (cumsum)
+  local x = f["input.x"]:requires_grad()
+  local out = att.multi_head(x, nil, nil, p, o)
+  assert_close(out, f["output.out"], FIXTURE_RTOL, "running sums out")
+  ;(out * f["dout.out"]):sum():backward()
+  assert_close(x.grad, f["grad.x"], FIXTURE_RTOL, "running sums grad x")
+  assert_close(p.k_proj_weight.grad, f["grad.k_proj_weight"], FIXTURE_RTOL, "running sums grad k")
+  -- grouped heads and padding: the running sums equal the masked product
+  glimpse.manual_seed(78)
+  local mha = nn.MultiheadAttention(8, 4, {kv_heads = 2, attention = "linear", causal = true})
+  local xs, pad = glimpse.randn(2, 5, 8), glimpse.tensor(PAD)
+  local a = mha(xs, nil, nil, pad, {need_weights = false})
+  local b = mha(xs, nil, nil, pad, {need_weights = true})
+  assert_close(a, b, SAME_TOL, "running sums vs masked product")
+end
+
+function T.test_cumsum_is_the_running_sum_and_matches_finite_differences()
+  local x = glimpse.tensor{{1, 2, 3}, {4, 5, 6}}
+  lu.assertEquals(x:cumsum(2):totable(), {{1, 3, 6}, {4, 9, 15}})
+  lu.assertEquals(x:cumsum(1):totable(), {{1, 2, 3}, {5, 7, 9}})
+  lu.assertEquals(x:cumsum(-1):totable(), x:cumsum(2):totable())
+  glimpse.manual_seed(79)
+  local y, w = leaf(2, 3, 4), glimpse.randn(2, 3, 4)
+  for d = 1, 3 do gradcheck(function() return y:cumsum(d) * w end, {y}, "cumsum dim " .. d) end
+  lu.assertErrorMsgContains("dim 3 out of range", x.cumsum, x, 3)
+end
 function T.test_rope_grouped_window_top_k_together_match_pytorch() check_fixture("var_combo") end
 
 function T.test_packed_projection_gives_the_same_as_separate_ones()
@@ -161,6 +191,8 @@ function T.test_every_option_matches_finite_differences()
     {"top_k", {top_k = 2}},
     {"linear", {attention = "linear"}},
     {"linear causal", {attention = "linear", causal = true}},
+    {"linear causal running sums", {attention = "linear", causal = true, need_weights = false}},
+    {"linear gqa running sums", {attention = "linear", causal = true, need_weights = false}, 1},
     {"rope + gqa + window", {positions = "rope", window = 2}, 1},
   }
   for i, c in ipairs(cases) do
@@ -280,6 +312,23 @@ function T.test_fused_path_is_taken_when_every_option_is_off()
   assert_close(wa, wb, SAME_TOL, "fused vs general weights")
 end
 
+function T.test_capture_records_every_variant_per_head()
+  glimpse.manual_seed(98)
+  local x = glimpse.randn(2, 5, 8)
+  for _, o in ipairs({{positions = "rope", kv_heads = 1}, {positions = "t5", window = 2},
+                      {top_k = 2}, {attention = "linear", causal = true}}) do
+    local enc = nn.TransformerEncoderLayer(8, 4, {dim_feedforward = 8, dropout = 0,
+                                                  positions = o.positions, kv_heads = o.kv_heads,
+                                                  window = o.window, top_k = o.top_k,
+                                                  attention = o.attention})
+    local maps = att.capture(function() enc(x, {causal = o.causal}) end, enc)
+    local m = maps["self_attn"]
+    lu.assertNotNil(m, next(o))
+    lu.assertEquals(m.shape, {2, 4, 5, 5}, next(o))
+    assert_close(m:sum(4), glimpse.ones(2, 4, 5), 1e-4, "rows sum to 1")
+  end
+end
+
 -- ---------------------------------------------------------------------------------------
 -- layers and the model
 
@@ -332,7 +381,7 @@ function T.test_bad_options_are_errors_naming_the_function()
                             nn.MultiheadAttention, 8, 2, {top_k = 2, attention = "linear"})
   lu.assertErrorMsgContains("did you mean 'window'", nn.TransformerEncoderLayer, 8, 2,
                             {windw = 2})
-  lu.assertErrorMsgContains("positions = 'alibi' needs attention = 'softmax'",
+  lu.assertErrorMsgContains("nn.TransformerDecoderLayer: positions = 'alibi' needs attention",
                             nn.TransformerDecoderLayer, 8, 2,
                             {positions = "alibi", attention = "linear"})
   local ct = require "datasets.compare_tasks"

@@ -107,7 +107,7 @@ function T.test_overlay_writes_one_strip_per_image_with_a_panel_per_word()
   local info2 = glimpse.image.info(ov .. "/rgb.png")
   -- the strip Captioner:overlays draws for the same image and words has the same size
   local ref = cap:overlays(glimpse.image.load(d .. "/grey.png", {channels = 1}),
-                           select(3, cap:caption(glimpse.image.load(d .. "/grey.png",
+                           select(3, cap:caption_maps(glimpse.image.load(d .. "/grey.png",
                                                                     {channels = 1}))),
                            words, d .. "/ref.png")
   local rinfo = glimpse.image.info(ref)
@@ -161,6 +161,66 @@ function T.test_overlay_of_a_one_pixel_or_one_pixel_wide_image_is_drawn_on_the_m
     lu.assertTrue(glimpse._file_kind(string.format("%s/px%dx%d.png", ov, size[1], size[2])) == "file")
   end
   rmdir(d)
+end
+
+-- a colour "photo" of another size than the scenes: smooth gradients with a bright disc
+local function photo(path)
+  local y = glimpse.arange(90):reshape(90, 1):expand(90, 120) / 90
+  local x = glimpse.arange(120):reshape(1, 120):expand(90, 120) / 120
+  local disc = (((x - 0.6) * (x - 0.6) + (y - 0.4) * (y - 0.4)) * -40):exp()
+  glimpse.image.save(path, glimpse.stack({x * 0.8 + disc * 0.2, y * 0.6 + 0.2,
+                                          (x + y) * 0.3 + disc * 0.4}, 1):clamp(0, 1))
+end
+
+function T.test_a_scene_is_captioned_without_warning_and_a_photo_with_one()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d = tmpdir()
+  local scene = glimpse.data.scenes.generate{split = "test", n = 1, seed = 7}:image(1)
+  glimpse.image.save(d .. "/scene.png", scene)
+  photo(d .. "/photo.png")
+  local out, err, code = run({"caption", d .. "/scene.png"})
+  local want = glimpse.captioner.pretrained("scenes-soft"):caption(d .. "/scene.png")
+  lu.assertEquals(code, 0, err)
+  lu.assertEquals(err, "")
+  lu.assertEquals(out, d .. "/scene.png\t" .. want .. "\n")
+  -- the photo: refused without --resize, as the REPL refuses it
+  local out2, err2, code2 = run({"caption", d .. "/photo.png"})
+  lu.assertEquals({out2, code2}, {"", 1})
+  lu.assertStrContains(err2, "the image is 90x120 pixels")
+  lu.assertStrContains(err2, "--resize")
+  -- with --resize and --overlay: the caption first, a warning, the strip on the 64x64 picture
+  local ov = d .. "/ov"
+  local out3, err3, code3 = run({"caption", "--resize", "--overlay", ov, d .. "/photo.png"})
+  rmdir(d)
+  lu.assertEquals(code3, 0, err3)
+  lu.assertStrContains(out3, d .. "/photo.png\t")
+  lu.assertStrContains(err3, "glimpse caption: warning: " .. d .. "/photo.png is unlike the " ..
+                             "images this model was trained on (colour")
+  lu.assertStrContains(err3, "knows only 64x64 grey scenes")
+end
+
+function T.test_the_caption_is_printed_even_when_the_overlay_cannot_be_written()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local d = setup()
+  local ov = d .. "/ov"
+  assert(os.execute("mkdir -p " .. sh_quote(ov .. "/grey.png")))   -- a folder takes its path
+  local out, err, code = run({"caption", "--overlay", ov, "--model", d .. "/tiny.safetensors",
+                              d .. "/grey.png"})
+  rmdir(d)
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, d .. "/grey.png\ta red circle")
+  lu.assertStrContains(err, d .. "/grey.png: writing the overlay")
+end
+
+function T.test_help_says_what_the_model_knows()
+  lu.skipIf(not EXE, "needs the glimpse executable as arg[-1]")
+  local out, _, code = run({"caption", "--help"})
+  lu.assertEquals(code, 0)
+  lu.assertStrContains(out, "otherwise such an image is an error")
+  lu.assertStrContains(out, "What the model scenes-soft knows:\n  64x64 grey scenes of 2-4 Fashion-MNIST items")
+  lu.assertStrContains(out, "vocabulary (19 words)")
+  local out2 = run({"caption", "--help", "--model", "scenes-hard"})
+  lu.assertStrContains(out2, "What the model scenes-hard knows:")
 end
 
 function T.test_caption_refuses_an_unknown_option()
@@ -265,8 +325,8 @@ function T.test_resize_true_converts_and_gives_the_caption_of_the_converted_imag
   glimpse.manual_seed(5)
   local rgb = glimpse.rand(3, 32, 24)
   local by_hand = glimpse.image.resize(glimpse.image.to_grey(rgb):reshape(1, 32, 24), SIZE, SIZE)
-  local w1, t1 = cap:caption(rgb, {resize = true, beam = 2})
-  local w2, t2 = cap:caption(by_hand, {beam = 2})
+  local w1, t1 = cap:caption_maps(rgb, {resize = true, beam = 2})
+  local w2, t2 = cap:caption_maps(by_hand, {beam = 2})
   lu.assertEquals(w1, w2)
   lu.assertEquals(t1, t2)
   local batch = cap:check_input(glimpse.rand(2, 1, 8, 8), {resize = true})

@@ -61,6 +61,78 @@ function T.test_bleu_reference_length_prefers_the_shorter_on_a_tie()
 end
 
 -- ---------------------------------------------------------------------------------------
+-- what captions say about a scene (glimpse.data.scene_text.semantics), caption_eval.scores
+
+-- a bag above a coat, a shirt to the right of the coat (boxes by hand; centres (5.5, 5.5),
+-- (5.5, 25.5), (25.5, 25.5))
+local function hand_scene()
+  local st = glimpse.data.scene_text
+  local items = {{word = "bag", box = {1, 1, 10, 10}}, {word = "coat", box = {1, 21, 10, 30}},
+                 {word = "shirt", box = {21, 21, 30, 30}}}
+  local rng = {int = function() return 2 end}            -- the shirt is related to the coat
+  local tokens, word_item, rels = st.caption(items, rng, function(it) return {it.word} end)
+  return {items = items, tokens = tokens, word_item = word_item, relations = rels,
+          caption = table.concat(tokens, " ")}
+end
+
+function T.test_semantics_counts_items_relations_and_exact_scenes_by_hand()
+  local st = glimpse.data.scene_text
+  local sc = hand_scene()
+  lu.assertEquals(sc.caption, "a bag above a coat and a shirt to the right of the coat")
+  local caps = {
+    "a coat below a bag and a shirt to the right of the coat",  -- a paraphrase: exact
+    "a bag above a coat and a shirt to the left of the coat",   -- one relation wrong
+    "a bag above a shirt",             -- two items for three; true, but not a pair stated
+    "a bag above a coat and a dress below the bag",             -- a dress that is not there
+    "bag coat",                                                  -- off the grammar
+  }
+  local sum, per = st.semantics(caps, {sc, sc, sc, sc, sc})
+  lu.assertAlmostEquals(sum.items.precision, 10 / 11, EXACT)
+  lu.assertAlmostEquals(sum.items.recall, 10 / 15, EXACT)
+  lu.assertAlmostEquals(sum.relations.precision, 5 / 7, EXACT)
+  lu.assertAlmostEquals(sum.relations.recall, 4 / 10, EXACT)
+  lu.assertAlmostEquals(sum.count, 3 / 5, EXACT)
+  lu.assertAlmostEquals(sum.all_named, 2 / 5, EXACT)
+  lu.assertAlmostEquals(sum.exact, 1 / 5, EXACT)
+  lu.assertAlmostEquals(sum.grammatical, 4 / 5, EXACT)
+  lu.assertEquals(sum.by_items, {[3] = {n = 5, count = 3, all_named = 2, exact = 1}})
+  lu.assertEquals(per[1], {named = 3, matched = 3, items = 3, triples = 2, true_triples = 2,
+                           stated = 2, recalled = 2, count = true, all_named = true,
+                           exact = true, grammatical = true})
+  lu.assertEquals({per[3].true_triples, per[3].recalled, per[3].exact}, {1, 0, false})
+  lu.assertEquals({per[5].named, per[5].grammatical}, {0, false})
+  local line = glimpse.models.caption_eval.semantics_line("beam 3", sum)
+  lu.assertStrContains(line, "items P 90.9% R 66.7%, relations P 71.4% R 40.0%, right count " ..
+                       "60.0%, exact scene 20.0% (grammatical 80.0%)")
+  lu.assertStrContains(line, "by items: 3: 3, 2, 1 of 5")
+  H.assert_error_matches({"scene_text.semantics", "2 captions for 1 scenes"}, st.semantics,
+                         {"a bag", "a coat"}, {sc})
+  H.assert_error_matches({"scene_text.semantics", "caption 1"}, st.semantics, {7}, {sc})
+end
+
+function T.test_scores_use_every_reference_and_the_scenes()
+  local st = glimpse.data.scene_text
+  local sc = hand_scene()
+  local refs = st.references(sc)
+  lu.assertEquals(#refs, 4)                    -- bag-coat-shirt is a path: 4 orders
+  lu.assertEquals(refs[1], sc.caption)
+  local set = {n = 2, refs = function() return refs end, scene = function() return sc end}
+  local words = {refs[3], "a bag above a coat"}
+  local ce = glimpse.models.caption_eval
+  local s = ce.scores(set, words)
+  local b = metrics.bleu(words, {refs, refs})
+  lu.assertEquals(s.bleu, {b[1], b[2], b[3], b[4]})
+  lu.assertAlmostEquals(s.cider, (metrics.cider(words, {refs, refs})), EXACT)
+  lu.assertAlmostEquals(s.rouge_l, (metrics.rouge_l(words, {refs, refs})), EXACT)
+  lu.assertEquals(s.references, 4)
+  lu.assertAlmostEquals(s.semantics.exact, 0.5, EXACT)
+  lu.assertAlmostEquals(s.rouge_l, (1 + metrics.rouge_l({words[2]}, {refs})) / 2, EXACT)
+  lu.assertStrContains(ce.scores_line("greedy", s), "greedy: BLEU-1..4 ")
+  -- a set without scenes has no semantics
+  lu.assertNil(ce.scores({n = 1, refs = function() return {"a b"} end}, {"a b"}).semantics)
+end
+
+-- ---------------------------------------------------------------------------------------
 -- attention inside boxes
 
 function T.test_items_counts_the_articles_and_the_named_item_words()

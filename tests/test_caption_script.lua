@@ -190,7 +190,7 @@ function T.test_karpathy_corpus_with_torchvision_resnet18_weights_runs_end_to_en
   lu.assertEquals(m.config.fine_tune, false)             -- given weights: a frozen encoder
   -- the saved model reads a photograph of the corpus and captions it
   local cap = glimpse.captioner.Captioner.load(d .. "/run/model.safetensors")
-  local words, tokens, alphas = cap:caption(d .. "/images/img8.png", {beam = 2})
+  local words, tokens, alphas = cap:caption_maps(d .. "/images/img8.png", {beam = 2, resize = true})
   lu.assertEquals(type(words), "string")
   lu.assertEquals(alphas.shape[1], #tokens)
   lu.assertEquals(alphas.shape[2], 4)                    -- ResNet-18 at 64 px: a 2x2 grid

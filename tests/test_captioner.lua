@@ -66,7 +66,7 @@ end
 function T.test_caption_of_one_image_gives_string_tokens_and_one_alpha_row_per_word()
   glimpse.manual_seed(3)
   local cap = tiny()
-  local words, tokens, alphas = cap:caption(glimpse.rand(1, 16, 16), {beam = 2})
+  local words, tokens, alphas = cap:caption_maps(glimpse.rand(1, 16, 16), {beam = 2})
   lu.assertEquals(type(words), "string")
   lu.assertEquals(type(tokens), "table")
   lu.assertTrue(#tokens <= 6)
@@ -81,7 +81,7 @@ end
 
 function T.test_caption_of_a_batch_gives_one_caption_per_image()
   local cap = tiny()
-  local words, tokens, alphas = cap:caption(glimpse.rand(3, 1, 16, 16), {beam = 1, max_len = 4})
+  local words, tokens, alphas = cap:caption_maps(glimpse.rand(3, 1, 16, 16), {beam = 1, max_len = 4})
   lu.assertEquals(#words, 3)
   lu.assertEquals(#tokens, 3)
   for b = 1, 3 do
@@ -226,7 +226,7 @@ function T.test_whole_image_is_one_more_cell_holding_the_mean_annotation()
   local imgs = glimpse.rand(2, 1, 16, 16)
   for _, rule in ipairs({"region", "argmax", "soft", "marginal"}) do
     hard:set_hard_eval(rule)
-    local w, _, al = hard:caption(imgs[2], {beam = 3})
+    local w, _, al = hard:caption_maps(imgs[2], {beam = 3})
     lu.assertEquals(hard:caption(imgs, {beam = 3})[2], w, rule)
     lu.assertEquals(al.shape[2], 16, rule)
   end
@@ -350,8 +350,8 @@ function T.test_save_load_round_trip_gives_identical_captions()
   lu.assertEquals(back.vocab:totable(), cap.vocab:totable())
   lu.assertAlmostEquals(back.baseline.value, cap.baseline.value, EXACT)
   local imgs = glimpse.rand(3, 1, 16, 16)
-  local w1, t1, a1 = cap:caption(imgs, {beam = 3})
-  local w2, t2, a2 = back:caption(imgs, {beam = 3})
+  local w1, t1, a1 = cap:caption_maps(imgs, {beam = 3})
+  local w2, t2, a2 = back:caption_maps(imgs, {beam = 3})
   lu.assertEquals(w2, w1)
   lu.assertEquals(t2, t1)
   for k = 1, 3 do
@@ -359,15 +359,24 @@ function T.test_save_load_round_trip_gives_identical_captions()
   end
 end
 
-function T.test_caption_accepts_a_file_name()
+function T.test_caption_accepts_a_file_name_read_in_the_model_channels_resized_on_request()
   glimpse.manual_seed(11)
   local cap = tiny({image = {channels = 1, height = 16, width = 16}})
-  local img = glimpse.rand(3, 40, 40)
-  local path = tmpfile(".png")
-  glimpse.image.save(path, img)
+  local path, big = tmpfile(".png"), tmpfile(".png")
+  glimpse.image.save(path, glimpse.rand(3, 16, 16))        -- colour: read as grey
+  glimpse.image.save(big, glimpse.rand(3, 40, 40))
   local words = cap:caption(path, {beam = 1})
+  local ok, err = pcall(cap.caption, cap, big, {beam = 1})   -- another size: only on request
+  local resized = cap:caption(big, {beam = 1, resize = true})
+  local by_hand = cap:caption(glimpse.image.resize(glimpse.image.load(big, {channels = 1}), 16, 16),
+                              {beam = 1})
   os.remove(path)
+  os.remove(big)
   lu.assertEquals(type(words), "string")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "Captioner:caption: " .. big .. ": the image is [1,40,40]")
+  lu.assertStrContains(err, "resize = true")
+  lu.assertEquals(resized, by_hand)
 end
 
 function T.test_overlays_write_a_strip_with_one_panel_per_word()

@@ -62,7 +62,7 @@ end
 function T.test_hard_caption_runs_in_every_eval_mode()
   for _, mode in ipairs({"argmax", "region", "soft", "sample", "marginal"}) do
     local cap = tiny({attention = "hard", hard_eval = mode})
-    local words, tokens, alphas = cap:caption(glimpse.rand(1, 16, 16), {beam = 2})
+    local words, tokens, alphas = cap:caption_maps(glimpse.rand(1, 16, 16), {beam = 2})
     lu.assertEquals(type(words), "string")
     lu.assertEquals(alphas.shape[1], #tokens)
   end
@@ -74,10 +74,10 @@ function T.test_marginal_rule_with_one_cell_decodes_as_argmax()
   local imgs = glimpse.rand(3, 1, 16, 16)
   for _, beam in ipairs({1, 2}) do
     cap:set_hard_eval("argmax")
-    local w1, _, a1 = cap:caption(imgs, {beam = beam})
+    local w1, _, a1 = cap:caption_maps(imgs, {beam = beam})
     cap:set_hard_eval("marginal")
     cap.config.marginal_cells = 1
-    local w2, _, a2 = cap:caption(imgs, {beam = beam})
+    local w2, _, a2 = cap:caption_maps(imgs, {beam = beam})
     lu.assertEquals(w2, w1)
     for i = 1, 3 do lu.assertEquals(a2[i]:totable(), a1[i]:totable()) end
   end
@@ -87,11 +87,11 @@ function T.test_region_rule_with_a_one_cell_window_decodes_as_argmax()
   glimpse.manual_seed(23)
   local imgs = glimpse.rand(3, 1, 16, 16)
   local cap = tiny({attention = "hard", hard_eval = "argmax"})
-  local w1, _, a1 = cap:caption(imgs, {beam = 2})
+  local w1, _, a1 = cap:caption_maps(imgs, {beam = 2})
   cap.config.region_size = 1
   cap:set_hard_eval("region")
   lu.assertEquals({cap.attention.hard_eval, cap.attention.region}, {"region", 1})
-  local w2, _, a2 = cap:caption(imgs, {beam = 2})
+  local w2, _, a2 = cap:caption_maps(imgs, {beam = 2})
   lu.assertEquals(w2, w1)
   for i = 1, 3 do lu.assertEquals(a2[i]:totable(), a1[i]:totable()) end
   local ok, err = pcall(tiny, {attention = "hard", hard_eval = "region", region_size = 2})

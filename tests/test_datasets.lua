@@ -627,6 +627,69 @@ function T.test_scene_splits_draw_from_their_own_items()
     size = 84, item_size = 20, min_items = 3, max_items = 5}:captions())
 end
 
+-- every reference of a scene is a phrasing of the same scene: it follows the grammar, names
+-- the scene's items, states the same related pairs with the same relations (read from either
+-- side) and so parses back to the scene; the scene's own caption comes first
+local function check_references(ds)
+  local st = scene_text
+  local flip = {above = "below", below = "above", ["to the left of"] = "to the right of",
+                ["to the right of"] = "to the left of"}
+  local counts = {}
+  for i, s in ipairs(ds.scenes) do
+    local refs = ds:references(i)
+    lu.assertEquals(refs[1], s.caption)
+    local phrases = st.item_phrases(s)
+    local want_items, want_rel = {}, {}
+    for k = 1, #s.items do want_items[#want_items + 1] = phrases[k] end
+    table.sort(want_items)
+    for _, r in ipairs(s.relations) do
+      want_rel[phrases[r[1]] .. "|" .. r[3] .. "|" .. phrases[r[2]]] = true
+      want_rel[phrases[r[2]] .. "|" .. flip[r[3]] .. "|" .. phrases[r[1]]] = true
+    end
+    local seen = {}
+    for _, ref in ipairs(refs) do
+      lu.assertNil(seen[ref]); seen[ref] = true
+      local p = st.parse(ref)
+      lu.assertTrue(p.grammatical, ref)
+      local got = {table.unpack(p.items)}
+      table.sort(got)
+      lu.assertEquals(got, want_items)
+      lu.assertEquals(#p.triples, #s.relations)
+      for _, t in ipairs(p.triples) do lu.assertTrue(want_rel[table.concat(t, "|")], ref) end
+    end
+    local scenes = {}
+    for j = 1, #refs do scenes[j] = s end
+    local sum = st.semantics(refs, scenes)
+    lu.assertEquals({sum.exact, sum.relations.precision, sum.relations.recall, sum.items.recall},
+                    {1, 1, 1, 1})
+    local key = #s.items .. ":" .. #refs
+    counts[key] = (counts[key] or 0) + 1
+  end
+  return counts
+end
+
+function T.test_references_are_every_phrasing_of_the_same_scene()
+  local ds = data.scenes.generate{split = "test", n = 60, seed = 1}
+  local counts = check_references(ds)
+  -- 2 items: both orders; 3 items (a path): 4; 4 items: a path 8, a star 12
+  for key in pairs(counts) do
+    lu.assertTrue(key == "2:2" or key == "3:4" or key == "4:8" or key == "4:12", key)
+  end
+  lu.assertTrue(counts["4:8"] and counts["4:12"] and true)
+  check_references(data.shapes.generate{n = 20, seed = 3})
+  -- a flipped relation is a reference: "a trouser below a sandal" for "a sandal above a trouser"
+  local two = {items = {{word = "sandal", box = {1, 1, 9, 9}},
+                         {word = "trouser", box = {1, 30, 9, 40}}},
+               tokens = {"a", "sandal", "above", "a", "trouser"}, word_item = {nil, 1, nil, nil, 2},
+               relations = {{1, 2, "above"}}, caption = "a sandal above a trouser"}
+  lu.assertEquals(scene_text.references(two),
+                  {"a sandal above a trouser", "a trouser below a sandal"})
+  -- one item: its caption alone; the generator's captions are unchanged by the references
+  local one = data.scenes.generate{split = "val", n = 3, seed = 2, min_items = 1, max_items = 1}
+  lu.assertEquals(one:references(1), {one.scenes[1].caption})
+  lu.assertEquals(#scene_text.references(ds.scenes[1], {max = 1}), 1)
+end
+
 function T.test_shapes_pixels_lie_in_their_items_boxes_with_their_colour()
   local ds = data.shapes.generate{n = 25, seed = 11}
   lu.assertEquals(ds.images.shape, {25, 3, 64, 64})

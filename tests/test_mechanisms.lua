@@ -203,8 +203,9 @@ function T.test_transformer_model_learns_saves_and_gives_alignments()
   end
   lu.assertErrorMsgContains("multiple of heads", glimpse.models.Transformer,
                             {dataset = ds, d = 10, heads = 4})
-  lu.assertErrorMsgContains("greedy", function()
-    glimpse.models.Transformer{dataset = ds, d = 8, heads = 2}:decode(ds:collate({1}), {beam = 3})
+  lu.assertErrorMsgContains("cannot exceed", function()
+    glimpse.models.Transformer{dataset = ds, d = 8, heads = 2}:decode(ds:collate({1}),
+                                                                      {beam = 2, n_best = 3})
   end)
 end
 

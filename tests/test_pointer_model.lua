@@ -160,6 +160,64 @@ function T.test_configuration_errors_name_the_option()
   end)
 end
 
+-- mixed sizes (points.make's n = {lo, hi}): a padded batch decodes each example as it would
+-- alone, the pointer puts no mass on padding, the loss counts no padded step
+function T.test_mixed_sizes_padding_is_never_chosen_and_changes_nothing()
+  local MIXED_TOL = 1e-5
+  local ds = points.make{task = "hull", n = {3, 12}, count = 10, seed = 4}
+  local sizes = {}
+  for i = 1, ds.n do sizes[#ds.points[i]] = true end
+  lu.assertTrue(next(sizes, next(sizes)) ~= nil, "several sizes in the set")
+  local m = tiny{task = "hull"}
+  m:evaluate()
+  local b = all(ds)
+  local N = b.points.shape[2]
+  for i = 1, ds.n do
+    local n = #ds.points[i]
+    lu.assertEquals(b.point_mask:totable()[i], (function()
+      local r = {}
+      for k = 1, N do r[k] = k <= n and 1 or 0 end
+      return r end)())
+  end
+  for _, K in ipairs({1, 3}) do
+    local outs, ex = m:decode(b, {beam = K})
+    for i = 1, ds.n do
+      local n = #ds.points[i]
+      for _, p in ipairs(outs[i]) do lu.assertTrue(p >= 1 and p <= n, "a padded position chosen") end
+      for _, dist in ipairs(ex.alignments[i]) do
+        for k = n + 2, N + 1 do lu.assertEquals(dist[k], 0, "mass on padding") end
+      end
+      -- the same example alone, without padding
+      local one, ex1 = m:decode(ds:collate({i}), {beam = K})
+      lu.assertEquals(outs[i], one[1])
+      lu.assertAlmostEquals(ex.scores[i], ex1.scores[1], MIXED_TOL)
+      for t, dist in ipairs(ex1.alignments[1]) do
+        for k = 1, n + 1 do lu.assertAlmostEquals(ex.alignments[i][t][k], dist[k], MIXED_TOL) end
+      end
+    end
+  end
+  -- the loss's steps are the targets' own (each hull and its end), none of the padding
+  local _, st = m:loss(b)
+  local steps = 0
+  for i = 1, ds.n do steps = steps + #ds.targets[i] + 1 end
+  lu.assertAlmostEquals(st.steps, steps / ds.n, 1e-9)
+end
+
+-- per-size evaluation of one model: a test set per size, each measured on its own
+function T.test_one_model_measured_per_size()
+  local m = tiny{task = "tsp"}
+  for _, n in ipairs({5, 8, 12}) do
+    local ds = points.make{task = "tsp", n = n, count = 6, seed = n}
+    local r = models.eval.pointer(m, ds, {beam = 2})
+    lu.assertEquals(r.n, 6)
+    lu.assertEquals(r.valid_tours, 1)
+    local opt = 0
+    for i = 1, ds.n do opt = opt + ds.tour_lengths[i] end
+    lu.assertAlmostEquals(r.optimal_length, opt / ds.n, 1e-6)
+    lu.assertTrue(r.tour_length >= r.optimal_length - 1e-6)
+  end
+end
+
 -- ---------------------------------------------------------------------------------------
 -- measures
 

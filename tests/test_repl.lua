@@ -156,6 +156,24 @@ function T.test_repl_prints_the_value_of_an_expression()
   assert_has(out, "\n2\n6\n")
 end
 
+function T.test_repl_prints_a_caption_as_one_line_and_a_note_for_an_unfamiliar_image()
+  local out, err = run({"-i", "/dev/null"},
+    'cap = glimpse.captioner.pretrained("scenes-soft")\n' ..
+    'scene = glimpse.data.scenes.generate{split = "test", n = 1, seed = 7}\n' ..
+    'cap:caption(scene:image(1))\n' ..
+    'cap:caption(glimpse.rand(1, 128, 128))\n' ..
+    'cap:caption(glimpse.rand(1, 128, 128), {resize = true})\n')
+  local cap = glimpse.captioner.pretrained("scenes-soft")
+  local want = cap:caption(glimpse.data.scenes.generate{split = "test", n = 1, seed = 7}:image(1))
+  local lines = {}
+  for l in out:gsub("^glimpse[^\n]*\n", ""):gmatch("[^\n]+") do lines[#lines + 1] = l end
+  lu.assertEquals(lines[1], want)                   -- the caption alone, no maps
+  lu.assertEquals(#lines, 2)                        -- the second: the resized noise's caption
+  assert_has(err, "the model takes 1x64x64")        -- 128x128 without resize: an error
+  assert_has(err, "Captioner:caption: note: the image is unlike the images this model was trained on")
+  assert_has(err, "knows only 64x64 grey scenes")
+end
+
 function T.test_repl_prints_every_result_of_a_multiple_return()
   local out = run({"-i", "/dev/null"}, "return 1, 'a', nil\n")
   assert_has(out, "1\ta\tnil\n")

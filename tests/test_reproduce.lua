@@ -132,6 +132,14 @@ function T.test_captioner_checkpoint_reevaluation_gives_the_recorded_bleu()
     local before = util.read_json(dir .. "/out/sat_scenes/" .. kind .. "/metrics.json")
     lu.assertEquals(m.test_bleu, before.test_bleu)
     lu.assertEquals(m.test_loss, before.test_loss)
+    lu.assertEquals(m.test_cider, before.test_cider)
+    lu.assertEquals(m.test_semantics, before.test_semantics)
+    -- the table's rows: BLEU against every phrasing, CIDEr-D / ROUGE-L, the meaning
+    local labels = {}
+    for _, row in ipairs(r.rows) do labels[#labels + 1] = row.label end
+    labels = table.concat(labels, "\n")
+    lu.assertStrContains(labels, kind .. " attention, test CIDEr-D / ROUGE-L (greedy)")
+    lu.assertStrContains(labels, kind .. " attention, items / relations named right")
   end
 end
 

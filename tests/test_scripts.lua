@@ -213,7 +213,12 @@ end
 function T.test_pointer_bad_flags_give_a_clear_error()
   assert_rejects("scripts/pointer.lua", "--glimpses -1", "--glimpses")
   assert_rejects("scripts/pointer.lua", "--logit-clip=-2", "--logit-clip: PointerNet: option 'logit_clip' must be a finite number >= 0")
-  assert_rejects("scripts/pointer.lua", "--task tsp --n 20", "Held-Karp")
+  assert_rejects("scripts/pointer.lua", "--task tsp --n 21", "Held-Karp")
+  assert_rejects("scripts/pointer.lua", "--task hull --label-cache x", "--label-cache is for --task tsp")
+  assert_rejects("scripts/pointer.lua", "--task tsp --n-min 5 --n-max 21", "sizes at most 20")
+  assert_rejects("scripts/pointer.lua", "--task tsp --n 10 --test-n 5,25", "sizes at most 20")
+  assert_rejects("scripts/pointer.lua", "--task hull --n-min 50 --n-max 5", "--n-max must be >= --n-min")
+  assert_rejects("scripts/pointer.lua", "--task hull --n-min 0 --n-max 5", "--n-min")
   assert_rejects("scripts/pointer.lua", "--task hull --n 2", "at least 3 points")
   assert_rejects("scripts/pointer.lua", "--test-n 5,x", "--test-n must list integers")
 end

@@ -1,9 +1,12 @@
---- glimpse.metrics -- how good a captioner is, and where it looks; how well decoded sequences
--- match their references (exact_match, token_accuracy).
+--- glimpse.metrics -- how good a captioner is (BLEU, CIDEr-D, ROUGE-L against several
+-- references per image), and where it looks; how well decoded sequences match their
+-- references (exact_match, token_accuracy).
 --
 --   local metrics = require "glimpse.metrics"
 --   local b = metrics.bleu({"a bag above a coat"}, {{"a bag above a coat", "a bag over a coat"}})
 --   print(b[1], b[2], b[3], b[4], b.brevity_penalty)          -- BLEU-1..4 in [0,1]
+--   local cider, per_caption = metrics.cider(candidates, references)  -- CIDEr-D, 0..10
+--   local rouge = metrics.rouge_l(candidates, references)             -- ROUGE-L in [0,1]
 --   local inside, chance = metrics.attention_in_box(alphas, boxes, {8, 8}, {64, 64})
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
@@ -19,19 +22,20 @@ local M = {}
 -- length r (for each candidate the reference length closest to its own, the shorter one on
 -- a tie), else 1.  No smoothing: a corpus with no matching 4-gram has BLEU-4 = 0.
 
-local function tokens_of(s, what, level)
+local function tokens_of(s, what, level, fname)
+  fname = fname or "metrics.bleu"
   if type(s) == "string" then
     local out = {}
     for w in s:gmatch("%S+") do out[#out + 1] = w end
     return out
   end
   if type(s) ~= "table" then
-    error(string.format("metrics.bleu: %s must be a string or a list of tokens, got %s", what,
+    error(string.format("%s: %s must be a string or a list of tokens, got %s", fname, what,
                         type(s)), level + 1)
   end
   for i, w in ipairs(s) do
     if type(w) ~= "string" and type(w) ~= "number" then
-      error(string.format("metrics.bleu: %s token %d is a %s (strings or ids expected)", what, i,
+      error(string.format("%s: %s token %d is a %s (strings or ids expected)", fname, what, i,
                           type(w)), level + 1)
     end
   end
@@ -123,6 +127,180 @@ function M.bleu(candidates, references, opts)
     out[n] = logsum == -math.huge and 0 or bp * math.exp(logsum / n)
   end
   return out
+end
+
+-- ---------------------------------------------------------------------------------------
+-- CIDEr-D and ROUGE-L, as the coco-caption evaluation code computes them
+--
+-- Both take captions as metrics.bleu does and return the corpus score (the mean over the
+-- candidates) and the list of per-candidate scores.  Captions are split on white space; the
+-- coco-caption code first runs the PTB tokenizer (lower case, punctuation removed), which
+-- the captions of this project do not need.
+
+-- candidates and references as token lists: cands[i], refs[i][j]
+local function corpus_tokens(fname, candidates, references, level)
+  if type(candidates) ~= "table" then
+    error(string.format("%s: argument #1 (candidates) must be a list of captions, got %s", fname,
+                        type(candidates)), level + 1)
+  end
+  if type(references) ~= "table" then
+    error(string.format("%s: argument #2 (references) must be a list of reference lists, got %s",
+                        fname, type(references)), level + 1)
+  end
+  if #candidates ~= #references then
+    error(string.format("%s: %d candidates but %d reference lists", fname, #candidates,
+                        #references), level + 1)
+  end
+  local cands, refs = {}, {}
+  for i = 1, #candidates do
+    cands[i] = tokens_of(candidates[i], "candidate " .. i, level + 1, fname)
+    local list = references[i]
+    if type(list) == "string" or (type(list) == "table" and type(list[1]) == "number") then
+      list = {list}
+    end
+    if type(list) ~= "table" or #list == 0 then
+      error(string.format("%s: candidate %d has no references", fname, i), level + 1)
+    end
+    refs[i] = {}
+    for j, r in ipairs(list) do
+      refs[i][j] = tokens_of(r, "reference " .. j .. " of " .. i, level + 1, fname)
+    end
+  end
+  return cands, refs
+end
+
+-- every n-gram of n = 1..max_n: counts[n][key]
+local function all_ngrams(toks, max_n)
+  local out = {}
+  for n = 1, max_n do out[n] = ngram_counts(toks, n) end
+  return out
+end
+
+--- metrics.cider(candidates, references, {sigma=6, max_n=4}) -> score, scores
+-- CIDEr-D (Vedantam et al. 2015) as coco-caption computes it.  For each n = 1..max_n a
+-- caption is a vector of TF-IDF weights: an n-gram's count times log(N / df), N the number
+-- of candidates in the corpus and df the number of candidates among whose references it
+-- occurs (at least 1).  The candidate's vector is compared with each reference's: the sum
+-- over the candidate's n-grams of min(w_cand, w_ref) * w_ref (candidate counts clipped by
+-- the reference's), divided by both norms (0 when a norm is 0), times the Gaussian length
+-- penalty exp(-delta^2 / (2 sigma^2)), delta the difference in length -- counted, as in
+-- coco-caption, in bigrams, so one word less than the caption.  A candidate's score is the
+-- mean over n and over its references, times 10; score is the mean over the candidates.
+-- The document frequencies come from the references passed, so one candidate alone (N = 1)
+-- scores 0 whatever it says: CIDEr-D is a corpus measure.  scores[i]: candidate i's score.
+function M.cider(candidates, references, opts)
+  local fname = "metrics.cider"
+  if opts ~= nil and type(opts) ~= "table" then
+    error(fname .. ": opts must be a table or nil, got " .. type(opts), 2)
+  end
+  opts = opts or {}
+  local sigma, max_n = opts.sigma or 6, opts.max_n or 4
+  if type(sigma) ~= "number" or sigma <= 0 then
+    error(fname .. ": opts.sigma must be a positive number, got " .. tostring(sigma), 2)
+  end
+  if math.type(max_n) ~= "integer" or max_n < 1 then
+    error(fname .. ": opts.max_n must be a positive integer, got " .. tostring(max_n), 2)
+  end
+  local cands, refs = corpus_tokens(fname, candidates, references, 2)
+  local N = #cands
+  if N == 0 then return 0, {} end
+  -- document frequency: in how many candidates' reference sets each n-gram occurs
+  local df, ref_grams = {}, {}
+  for i = 1, N do
+    local seen = {}
+    ref_grams[i] = {}
+    for j, r in ipairs(refs[i]) do
+      local g = all_ngrams(r, max_n)
+      ref_grams[i][j] = g
+      for n = 1, max_n do
+        for k in pairs(g[n]) do
+          if not seen[k] then seen[k] = true; df[k] = (df[k] or 0) + 1 end
+        end
+      end
+    end
+  end
+  local log_n = math.log(N)
+  -- TF-IDF vectors and their norms per n
+  local function vector(g)
+    local vec, norm = {}, {}
+    for n = 1, max_n do
+      local v, s = {}, 0
+      for k, c in pairs(g[n]) do
+        local w = c * (log_n - math.log(math.max(1, df[k] or 0)))
+        v[k], s = w, s + w * w
+      end
+      vec[n], norm[n] = v, math.sqrt(s)
+    end
+    return vec, norm
+  end
+  local scores, total = {}, 0
+  local two_s2 = 2 * sigma * sigma
+  for i = 1, N do
+    local cvec, cnorm = vector(all_ngrams(cands[i], max_n))
+    local sum = 0
+    for j, g in ipairs(ref_grams[i]) do
+      local rvec, rnorm = vector(g)
+      local delta = math.max(#cands[i] - 1, 0) - math.max(#refs[i][j] - 1, 0)   -- in bigrams
+      local pen = math.exp(-(delta * delta) / two_s2)
+      for n = 1, max_n do
+        local v = 0
+        for k, w in pairs(cvec[n]) do
+          local wr = rvec[n][k]
+          if wr then v = v + math.min(w, wr) * wr end
+        end
+        if cnorm[n] ~= 0 and rnorm[n] ~= 0 then v = v / (cnorm[n] * rnorm[n]) end
+        sum = sum + v * pen
+      end
+    end
+    scores[i] = 10 * sum / max_n / #ref_grams[i]
+    total = total + scores[i]
+  end
+  return total / N, scores
+end
+
+-- length of the longest common subsequence of two token lists
+local function lcs(a, b)
+  local prev, cur = {}, {}
+  for j = 0, #b do prev[j] = 0 end
+  for i = 1, #a do
+    cur[0] = 0
+    for j = 1, #b do
+      if a[i] == b[j] then cur[j] = prev[j - 1] + 1
+      else cur[j] = math.max(prev[j], cur[j - 1]) end
+    end
+    prev, cur = cur, prev
+  end
+  return prev[#b]
+end
+
+--- metrics.rouge_l(candidates, references, {beta=1.2}) -> score, scores
+-- ROUGE-L (Lin 2004) as coco-caption computes it: for each reference the longest common
+-- subsequence l with the candidate gives precision l / |candidate| and recall l / |reference|;
+-- P and R are the largest over the references (possibly from different ones), and the score
+-- is the F-measure (1 + beta^2) P R / (R + beta^2 P), 0 when P or R is 0 (also for an empty
+-- candidate).  scores[i]: candidate i's score; score: their mean.
+function M.rouge_l(candidates, references, opts)
+  local fname = "metrics.rouge_l"
+  if opts ~= nil and type(opts) ~= "table" then
+    error(fname .. ": opts must be a table or nil, got " .. type(opts), 2)
+  end
+  local beta = (opts or {}).beta or 1.2
+  if type(beta) ~= "number" or beta <= 0 then
+    error(fname .. ": opts.beta must be a positive number, got " .. tostring(beta), 2)
+  end
+  local cands, refs = corpus_tokens(fname, candidates, references, 2)
+  local scores, total, b2 = {}, 0, beta * beta
+  for i, c in ipairs(cands) do
+    local p, r = 0, 0
+    for _, ref in ipairs(refs[i]) do
+      local l = lcs(ref, c)
+      if #c > 0 then p = math.max(p, l / #c) end
+      if #ref > 0 then r = math.max(r, l / #ref) end
+    end
+    scores[i] = (p > 0 and r > 0) and (1 + b2) * p * r / (r + b2 * p) or 0
+    total = total + scores[i]
+  end
+  return #cands > 0 and total / #cands or 0, scores
 end
 
 -- ---------------------------------------------------------------------------------------

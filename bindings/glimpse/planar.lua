@@ -8,7 +8,13 @@
 --   planar.is_tour({1, 3, 2}, 3)                               --> true
 --   planar.tour_length(pts, {1, 3, 2})                          -- closed: back to the start
 --   local cov = planar.hull_coverage(pts, predicted, true_hull) -- in [0,1], or 0, "why"
+--   local tour, len = planar.tsp_optimal(pts)                   -- exact, 2 to 20 points
+local core = require "glimpse.core"
+
 local M = {}
+
+--- the most cities planar.tsp_optimal takes (Held-Karp: 2^(n-1) (n-1) states, 80 MiB at 20)
+M.TSP_MAX_N = 20
 
 local function check_points(pts, fname)
   if type(pts) ~= "table" then error(fname .. ": points must be a list of {x, y}", 3) end
@@ -142,6 +148,64 @@ function M.same_cycle(a, b)
     if ok then return true end
   end
   return false
+end
+
+-- the instances' sizes and coordinates, flat, for the engine; errors name fname and where
+local function tsp_input(list, fname, level)
+  if type(list) ~= "table" then
+    error(string.format("%s: expected a list of point lists, got %s", fname, type(list)), level + 1)
+  end
+  local ns, xy = {}, {}
+  for i, pts in ipairs(list) do
+    local where = #list > 1 and string.format(" (instance %d)", i) or ""
+    if type(pts) ~= "table" then
+      error(string.format("%s: points%s must be a list of {x, y}, got %s", fname, where,
+                          type(pts)), level + 1)
+    end
+    local n = #pts
+    if n < 2 or n > M.TSP_MAX_N then
+      error(string.format("%s: exact tours take 2 to %d points (Held-Karp is O(2^n n^2)), got %d%s",
+                          fname, M.TSP_MAX_N, n, where), level + 1)
+    end
+    for k, p in ipairs(pts) do
+      local x, y = type(p) == "table" and p[1], type(p) == "table" and p[2]
+      if type(x) ~= "number" or type(y) ~= "number" or x ~= x or y ~= y
+         or math.abs(x) == math.huge or math.abs(y) == math.huge then
+        error(string.format("%s: point %d%s must be {x, y} with finite numbers, got {%s, %s}",
+                            fname, k, where, tostring(x), tostring(y)), level + 1)
+      end
+      local m = #xy
+      xy[m + 1], xy[m + 2] = x, y
+    end
+    ns[i] = n
+  end
+  return ns, xy
+end
+
+--- planar.tsp_optimal(pts) -> tour, length: the optimal closed tour through 2 to 20 points
+--- (Held-Karp dynamic programming in the engine, exact in double), as 1-based indices from
+--- 1, in the direction whose second point has the lower index; its length.  Ties go to the
+--- lowest indices, so the answer is deterministic.  CPU time per instance, one thread:
+--- about 70 ms at n = 20, 1 ms at 15, 35 µs at 10.
+function M.tsp_optimal(pts)
+  local ns, xy = tsp_input({pts}, "planar.tsp_optimal", 2)
+  local tours, lengths = core._tsp_solve(ns, xy)
+  return tours, lengths[1]
+end
+
+--- planar.tsp_optimal_many(list) -> tours, lengths: planar.tsp_optimal of every point list
+--- in list (sizes may differ), the instances side by side on glimpse's threads
+--- (glimpse.set_num_threads; each thread holds an 80 MiB table at n = 20)
+function M.tsp_optimal_many(list)
+  local ns, xy = tsp_input(list, "planar.tsp_optimal_many", 2)
+  local flat, lengths = core._tsp_solve(ns, xy)
+  local tours, pos = {}, 0
+  for i, n in ipairs(ns) do
+    local t = {}
+    for k = 1, n do t[k] = flat[pos + k] end
+    tours[i], pos = t, pos + n
+  end
+  return tours, lengths
 end
 
 return M

@@ -14,6 +14,8 @@
 --   positions.lua    attention.positions: rope, alibi_slopes/alibi_bias, t5_bucket/t5_bias,
 --                    visibility (causal and window masks at position offsets)
 --   ntm.lua          attention.ntm: content, interpolate, shift, sharpen, address, read, write
+--   cache.lua        kv_project, multi_head_cached, multi_head_step (incremental decoding)
+--   capture.lua      attention.capture(fn, root): every attention map computed inside fn
 local M = {}
 
 local PARTS = {
@@ -23,6 +25,7 @@ local PARTS = {
   "glimpse.attention.hard",
   "glimpse.attention.regularisers",
   "glimpse.attention.multihead",
+  "glimpse.attention.cache",
 }
 
 for _, name in ipairs(PARTS) do
@@ -34,5 +37,6 @@ end
 
 M.ntm = require "glimpse.attention.ntm"
 M.positions = require "glimpse.attention.positions"
+M.capture = require "glimpse.attention.capture"
 
 return M

@@ -10,13 +10,18 @@
 --   S = q k^T / sqrt(dh) (+ alibi or t5 bias), masked by key padding, attn_mask, causal,
 --     window (|p - s| < window) and top_k (the k largest visible scores of each row)
 --   P = softmax(S) over the visible keys;  out = concat_h(P v) W_o^T + b_o
+--   (general's one local P (B,h,Tq,Tk) holds the per-head probabilities, recorded for
+--   attention.capture; nil where linear attention runs on sums and no weights are wanted)
 --   linear (Katharopoulos et al. 2020, eq. 6-9): phi(x) = elu(x) + 1,
 --     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps);
---     non-causal through the (dh,dh) sums, O(T dh^2); causal (or with an attn_mask) through
---     the masked (Tq,Tk) product A = phi(Q) phi(K)^T, P = A / rowsum(A), O(T^2 dh) like softmax
+--     non-causal through the (dh,dh) sums, O(T dh^2); causal through running sums (cumsum)
+--     of phi(k_j) v_j^T and phi(k_j), O(T dh^2) time and memory; where the weights are
+--     asked for (need_weights), with an attn_mask or with unequal position offsets, through
+--     the masked (Tq,Tk) product A = phi(Q) phi(K)^T, P = A / rowsum(A), O(T^2 dh)
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local positions = require "glimpse.attention.positions"
+local capture = require "glimpse.attention.capture"
 
 local M = {}
 
@@ -164,21 +169,36 @@ function M.general(query, key, value, p, o, fname)
   local P, ctx
   if o.attention == "linear" then
     local fq, fk = phi(qg), phi(k)
-    if o.mask then fk = (fk:reshape(B, kv, Tk, dh) * o.mask:reshape(B, 1, Tk, 1)):reshape(B * kv, Tk, dh) end
-    local dense = full ~= nil and (o.causal or o.attn_mask ~= nil or o.window ~= nil)
-    if not dense then
-      -- sum_j phi(k_j) v_j^T (dh,dh) and sum_j phi(k_j) (1,dh) per kv head
+    if o.mask then   -- padded keys add nothing to the sums
+      fk = (fk:reshape(B, kv, Tk, dh) * o.mask:reshape(B, 1, Tk, 1)):reshape(B * kv, Tk, dh)
+    end
+    local N = B * kv
+    local want = o.need_weights or capture.active          -- the weights, (B,h,Tq,Tk)
+    local running = o.causal and not want and o.attn_mask == nil and Tq == Tk
+                    and o.q_start == o.k_start
+    if running then
+      -- causal, eq. 8-9: running sums S_i = sum_j<=i phi(k_j) v_j^T, z_i = sum_j<=i phi(k_j)
+      local kvs = fk:reshape(N * Tk, dh, 1):matmul(v:reshape(N * Tk, 1, dh))   -- outer products
+                    :reshape(N, Tk, dh * dh):cumsum(2)
+      local zs = fk:cumsum(2)
+      local fqt = fq:reshape(N, g, Tq, dh):permute(1, 3, 2, 4):reshape(N * Tq, g, dh)
+      local num = fqt:matmul(kvs:reshape(N * Tq, dh, dh))                  -- (N*T, g, dh)
+      local den = fqt:matmul(zs:reshape(N * Tq, dh, 1)) + M.LINEAR_EPS      -- (N*T, g, 1)
+      ctx = (num / den):reshape(N, Tq, g, dh):permute(1, 3, 2, 4)
+    elseif full == nil or not (o.causal or o.attn_mask) then
+      -- sum_j phi(k_j) v_j^T (dh,dh) and sum_j phi(k_j) (1,dh) per kv head (eq. 6)
       local kvsum = fk:transpose(2, 3):matmul(v)
       local z = fk:sum(2, true)
-      local den = fq:matmul(z:transpose(2, 3)) + M.LINEAR_EPS           -- (B*kv, g*Tq, 1)
+      local den = fq:matmul(z:transpose(2, 3)) + M.LINEAR_EPS           -- (N, g*Tq, 1)
       ctx = fq:matmul(kvsum) / den
-      if o.need_weights then
+      if want then
         P = (fq:matmul(fk:transpose(2, 3)) / den):reshape(B, h, Tq, Tk)
       end
     else
+      -- the weights asked for, offsets or an attention mask: the masked (Tq,Tk) product
       local A = fq:matmul(fk:transpose(2, 3)):reshape(B, h, Tq, Tk) * full
       P = A / (A:sum(4, true) + M.LINEAR_EPS)
-      ctx = P:reshape(B * kv, g * Tq, Tk):matmul(v)
+      ctx = P:reshape(N, g * Tq, Tk):matmul(v)
     end
   else
     local S = (qg:matmul(k:transpose(2, 3)) * (1 / math.sqrt(dh))):reshape(B, h, Tq, Tk)
@@ -199,6 +219,7 @@ function M.general(query, key, value, p, o, fname)
     if o.dropout > 0 and o.training then Pd = glimpse.dropout(P, o.dropout, true) end
     ctx = Pd:reshape(B * kv, g * Tq, Tk):matmul(v)
   end
+  if capture.active then capture.record(p.module or "attention.multi_head", P, {heads = h}) end
   ctx = ctx:reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, d)
   local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
   if not o.need_weights then return out, nil end

@@ -8,6 +8,7 @@ local check = require "glimpse.check"
 local options = require "glimpse.options"
 local args = require "glimpse.attention.args"
 local variants = require "glimpse.attention.mh_variants"
+local capture = require "glimpse.attention.capture"
 
 local C = glimpse._attention
 local named, as_tensor = args.named, args.as_tensor
@@ -46,7 +47,8 @@ M.MULTI_HEAD_OPTIONS = OPTIONS
 --- attention.multi_head(query (B,Tq,d), key (B,Tk,d), value (B,Tk,d), p, opts)
 ---   -> out (B,Tq,d), weights (B,Tq,Tk) averaged over heads (nil when opts.need_weights is false)
 -- p: heads, in_proj_weight (3d,d), in_proj_bias (3d) or nil, out_weight (d,d), out_bias (d)
--- or nil.  Or, for grouped-query heads (p.kv_heads < heads, or any time): q_proj_weight (d,d),
+-- or nil, module (the key attention.capture files the per-head weights under; nil: none).
+-- Or, for grouped-query heads (p.kv_heads < heads, or any time): q_proj_weight (d,d),
 -- k_proj_weight and v_proj_weight (kv_heads*dh,d), q_proj_bias, k_proj_bias, v_proj_bias
 -- (or nil); kv_heads (default heads); relative_attention_bias (buckets,heads) for t5.
 -- opts: mask (B,Tk) key padding (1 = attend), causal (query i sees keys j <= i),
@@ -96,7 +98,8 @@ function M.multi_head(query, key, value, p, opts)
     -- opts.fused = false takes the general path below, the fused op's test oracle
     local qkv = glimpse.linear(query, W, bias)                      -- (B,T,3d)
     local ctx, P = C.mh_packed(qkv, as_tensor(opts.mask), h, opts.causal or false,
-                               1 / math.sqrt(dh), opts.need_weights ~= false)
+                               1 / math.sqrt(dh), opts.need_weights ~= false or capture.active)
+    if capture.active then capture.record(p.module or "attention.multi_head", P, {heads = h}) end
     local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
     if opts.need_weights == false then return out, nil end
     return out, P:mean(2)
@@ -117,6 +120,9 @@ function M.multi_head(query, key, value, p, opts)
     q, k, v = part(0, query, Tq), part(1, key, Tk), part(2, value, Tk)
   end
   local P = C.mh_probs(q, k, as_tensor(opts.mask), h, opts.causal or false, 1 / math.sqrt(dh))
+  if capture.active then
+    capture.record(p.module or "attention.multi_head", P:reshape(B, h, Tq, Tk), {heads = h})
+  end
   local Pd = P
   if dropping then Pd = glimpse.dropout(P, opts.dropout, true) end
   local ctx = Pd:matmul(v):reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, d)

@@ -2,12 +2,16 @@
 -- [--overlay DIR] [--resize]`: caption image files from the shell.
 --
 -- bindings/main.c hands the words after `caption` to main(args), whose result is the exit
--- status.  One line per image on stdout: the image's path, a tab, its caption.  With
--- --overlay, DIR/<image name>.png gets the strip of where each word looked
--- (Captioner:overlays).  A problem with one image (missing, not an image, a size the model
--- does not take) is reported on stderr naming the file, the other images are still
--- captioned, and the exit status is 1; a problem with the command line or the model stops
--- at once (status 2 for the command line, 1 for the model).
+-- status.  One line per image on stdout: the image's path, a tab, its caption.  An image
+-- unlike the model's training images (Captioner:familiar) gets a warning on stderr after
+-- its caption.  With --overlay, DIR/<image name>.png gets the strip of where each word
+-- looked (Captioner:overlays), drawn on the picture as the model saw it (resized), after
+-- the caption is printed.  A problem with one image (missing, not an image, a size the
+-- model does not take, an overlay that cannot be written) is reported on stderr naming the
+-- file, the other images are still captioned, and the exit status is 1; a problem with the
+-- command line or the model stops at once (status 2 for the command line, 1 for the model).
+-- The size rule is Captioner:caption's: an image of another size than the model's is an
+-- error unless --resize (resize = true) is given; a file is read in the model's channels.
 local glimpse = require "glimpse"
 
 local M = {}
@@ -21,10 +25,15 @@ Print one caption per image: the image's path, a tab, the caption.
   --model NAME|PATH  a shipped model by name (glimpse.captioner.pretrained; default
                      scenes-soft) or a .safetensors file written by cap:save
   --beam K           beam width (1: greedy; default 3)
-  --overlay DIR      write DIR/<image name>.png: the image and where each word looked
-  --resize           convert images of another size or channel count to the model's
-                     (otherwise such an image is an error)
-  -h, --help         show this help]]
+  --overlay DIR      write DIR/<image name>.png: the image as the model saw it (resized)
+                     and where each word looked
+  --resize           resize an image of another size than the model's (bilinear);
+                     otherwise such an image is an error.  A file is read in the model's
+                     channels (a colour file becomes grey for a grey model)
+  -h, --help         show this help (with --model: that model's)
+A model knows only the images it was trained on: any other picture still gets a caption
+in its words, which then says nothing.  An image unlike its training images (colour,
+background, ink, items, ...) gets a warning on stderr.]]
 
 local function err(fmt, ...)
   io.stderr:write("glimpse caption: ", string.format(fmt, ...), "\n")
@@ -106,29 +115,46 @@ local function overlay_path(dir, image, used)
   return path
 end
 
--- caption one file; returns the caption or nil and the problem
+-- caption one file: prints its line and warnings; returns true, or nil and the problem
 local function caption_one(cap, path, o, used)
   local kind = glimpse._file_kind(path)
   if not kind then return nil, "no such file" end
   if kind ~= "file" then return nil, kind == "directory" and "is a directory" or "not a regular file" end
-  local C = cap:input_shape()
+  local C, H, W = cap:input_shape()
   local ok, img = pcall(glimpse.image.load, path, {channels = C})
   if not ok then return nil, "not an image (" .. clean(img) .. ")" end
-  local okc, seen = pcall(cap.check_input, cap, img, {resize = o.resize})
-  if not okc then
-    local c, h, w = img.shape[1], img.shape[2], img.shape[3]
-    local _, H, W = cap:input_shape()
+  local h, w = img.shape[2], img.shape[3]
+  if H and (h ~= H or w ~= W) and not o.resize then
+    local c = img.shape[1]
     return nil, string.format("the image is %dx%d pixels (height x width, %d channel%s), " ..
                               "the model takes %sx%s (--resize converts it)", h, w, c,
-                              c == 1 and "" or "s", tostring(H or "?"), tostring(W or "?"))
+                              c == 1 and "" or "s", tostring(H), tostring(W))
   end
-  local okw, words, _, alphas = pcall(cap.caption, cap, seen, {beam = o.beam})
+  local okw, words, info = pcall(cap.caption, cap, path, {beam = o.beam, resize = o.resize,
+                                                         maps = true, warn = false})
   if not okw then return nil, "the model cannot caption it: " .. clean(words) end
+  io.write(path, "\t", words, "\n")
+  io.stdout:flush()
+  if info.familiar == false then
+    err("warning: %s", cap:unfamiliar_note(info.reasons, path))
+  end
   if o.overlay then
-    local oko, e = pcall(cap.overlays, cap, seen, alphas, words, overlay_path(o.overlay, path, used))
+    local oko, e = pcall(cap.overlays, cap, info.image, info.alphas, words,
+                         overlay_path(o.overlay, path, used))
     if not oko then return nil, "writing the overlay: " .. clean(e) end
   end
-  return words
+  return true
+end
+
+-- the help, with what the model (--model or the default) knows when it can be read
+local function help_text(o)
+  local text = M.USAGE
+  local cap = load_model(o.model)
+  if cap then
+    text = text .. "\n\nWhat the model " .. o.model .. " knows:\n  " ..
+           cap:about():gsub("\n", "\n  ")
+  end
+  return text
 end
 
 --- caption_cli.main(args) -> exit status: 0 when every image got a caption, 1 when an image
@@ -141,7 +167,7 @@ function M.main(args)
     return 2
   end
   if o.help then
-    print(M.USAGE)
+    print(help_text(o))
     return 0
   end
   local cap, why = load_model(o.model)
@@ -158,11 +184,8 @@ function M.main(args)
   end
   local status, used = 0, {}
   for _, path in ipairs(o.images) do
-    local words, bad = caption_one(cap, path, o, used)
-    if words then
-      io.write(path, "\t", words, "\n")
-      io.stdout:flush()
-    else
+    local done, bad = caption_one(cap, path, o, used)
+    if not done then
       err("%s: %s", path, bad)
       status = 1
     end

@@ -13,7 +13,8 @@
 --      $(PREFIX)/share/glimpse/docs): a section whose heading names the function, or a
 --      paragraph whose first line starts with it;
 --   3. the value itself: a class that carries `options` (a glimpse.options spec) gets its
---      option table listed (name, type, default, range or choices, help).
+--      option table listed (name, type, default, range or choices, help); a value with an
+--      `about` method (a captioner: what it was trained on) gets its text.
 -- A name is looked up with and without its "glimpse." prefix; ':' and '.' are the same.
 local M = {}
 
@@ -356,6 +357,15 @@ local function options_of(v)
   return ok3 and type(out) == "table" and out or nil
 end
 
+-- the text of v:about() when v has such a method (a captioner says what it knows)
+local function about_of(v)
+  if type(v) ~= "table" then return nil end
+  local ok, f = pcall(function() return v.about end)
+  if not ok or type(f) ~= "function" then return nil end
+  local ok2, text = pcall(f, v)
+  return ok2 and type(text) == "string" and text or nil
+end
+
 --- glimpse.repl.doc(name) -> text: what `?name` prints (the documentation and, for a class
 -- that declares options, its option table; or "no documentation for name" with close names
 -- to try).
@@ -367,7 +377,8 @@ function M.doc(name)
   local hits, suggestions = M.lookup(name)
   local v = type(name) == "string" and normalise(name) ~= "" and resolve(normalise(name))
   local opts = options_of(v)
-  if #hits == 0 and not opts then
+  local about = about_of(v)
+  if #hits == 0 and not opts and not about then
     local msg = "no documentation for " .. tostring(name)
     if type(v) == "function" and debug.getinfo(v, "S").what == "C" then
       msg = msg .. " (a function of the C core: the manual, docs/api/, documents those)"
@@ -376,6 +387,7 @@ function M.doc(name)
     return msg
   end
   local parts = {}
+  if about then parts[1] = "-- what it knows\n" .. about end
   for i = 1, math.min(#hits, MAX_HITS) do
     local h = hits[i]
     parts[#parts + 1] = "-- " .. h.title .. "   (" .. h.where .. ")\n" .. h.text

@@ -6,6 +6,7 @@
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local S = require "glimpse.decode.shared"
+local capture = require "glimpse.attention.capture"
 
 local M = {}
 
@@ -68,6 +69,34 @@ local function extend(list, x)
   return out
 end
 
+-- The maps attention.capture recorded along a hypothesis: trail is its last step's node
+-- {parent, recs (that step's records, shared by every row), row}; per key (path, ":field")
+-- the rows of each step in order, stacked into (T, ...) (a list when their shapes differ).
+local function trail_maps(trail)
+  local nodes = {}
+  while trail do nodes[#nodes + 1] = trail; trail = trail.parent end
+  local lists, order = {}, {}
+  for i = #nodes, 1, -1 do
+    local n = nodes[i]
+    for _, rec in ipairs(n.recs) do
+      local m = rec.map
+      if m:dim() >= 1 and m.shape[1] == n.rows then
+        local key = rec.path .. (rec.field and ":" .. rec.field or "")
+        local l = lists[key]
+        if not l then l = {}; lists[key] = l; order[#order + 1] = key end
+        l[#l + 1] = m:select(1, n.row)
+      end
+    end
+  end
+  if #order == 0 then return nil end
+  local maps = {}
+  for _, key in ipairs(order) do
+    local ok, t = pcall(glimpse.stack, lists[key], 1)
+    maps[key] = ok and t or lists[key]
+  end
+  return maps
+end
+
 local function better_hyp(a, b)
   if a.score ~= b.score then return a.score > b.score end
   if a.log_prob ~= b.log_prob then return a.log_prob > b.log_prob end
@@ -87,7 +116,10 @@ M.MAX_BEAM = 1024
 -- n_best-th (log-probabilities only fall), or at max_len, where the unfinished ones join
 -- the ranking with finished = false.  hyps[b] is item b's list, best first, of up to
 -- n_best {tokens = {ids, stop excluded}, score, log_prob, length, finished, alignment =
--- {attention rows per step, the end token's included} or nil}.
+-- {attention rows per step, the end token's included} or nil, maps}.  maps: under
+-- glimpse.attention.capture, the hypothesis's own rows of every map recorded during the
+-- steps, {key -> (T, ...)} (key: the module's path, ":field" for a second map), the end
+-- token's step included; nil when nothing was captured.
 function M.beam(step, state, opts)
   local fname = "decode.beam"
   local c = S.common_opts(fname, S.BEAM_OPTIONS, step, state, opts)
@@ -141,7 +173,7 @@ function M.beam(step, state, opts)
       finished[b][#finished[b] + 1] = {tokens = h.tokens, log_prob = h.score,
                                        score = h.score / length_penalty(len, alpha),
                                        length = len, finished = done_ok,
-                                       alignment = h.align, order = serial}
+                                       alignment = h.align, trail = h.trail, order = serial}
     end
 
     -- best score an unfinished hypothesis (log-prob s, t tokens so far) can still reach
@@ -163,7 +195,10 @@ function M.beam(step, state, opts)
         for k = 1, K do feed[(i - 1) * K + k] = beams[b][k].last end
       end
       local lp, attn
+      local mark = capture.active and capture.mark()
       lp, state, attn = S.call_step(fname, c, step, feed, state, t, N)
+      local recs = mark and capture.since(mark)
+      if recs and #recs == 0 then recs = nil end
       local vals, ids = S.row_best(lp, 2 * K)
       local arows = attn and attn:totable()
       any_attn = any_attn or arows ~= nil
@@ -181,20 +216,26 @@ function M.beam(step, state, opts)
           local function align()       -- the parent's alignment and this step's row
             return arows and extend(parent.align, arows[base + k]) or parent.align
           end
+          local function trail()       -- the same for the captured maps
+            return recs and {parent = parent.trail, recs = recs, rows = N, row = base + k}
+                   or parent.trail
+          end
           if v == stop then
             if rank <= K then
-              finish(b, {tokens = parent.tokens, score = s, align = align()}, t, true)
+              finish(b, {tokens = parent.tokens, score = s, align = align(), trail = trail()},
+                     t, true)
             end
           elseif #new < K then
             new[#new + 1] = {score = s, tokens = extend(parent.tokens, v), align = align(),
-                             last = v, row = base + k}
+                             trail = trail(), last = v, row = base + k}
           end
         end
         if #new == 0 and #finished[b] == 0 then
           -- every candidate NaN or -inf (a model gone wrong): nothing can be ranked, so the
           -- best beam so far ends here, flagged, rather than leaving the item with no answer
           local h = beams[b][1]
-          finish(b, {tokens = h.tokens, score = NEG_INF, align = h.align}, t - 1, false)
+          finish(b, {tokens = h.tokens, score = NEG_INF, align = h.align, trail = h.trail}, t - 1,
+                 false)
           finished[b][#finished[b]].no_finite_score = true
         end
         local done = #new == 0 or t == max_len
@@ -212,7 +253,7 @@ function M.beam(step, state, opts)
         if not done then
           for k = #new + 1, K do      -- fewer than K continuations: pad with dead beams
             new[k] = {score = NEG_INF, tokens = new[1].tokens, align = new[1].align,
-                      last = new[1].last, row = new[1].row}
+                      trail = new[1].trail, last = new[1].last, row = new[1].row}
           end
           beams[b] = new
           next_active[#next_active + 1] = b
@@ -247,7 +288,7 @@ function M.beam(step, state, opts)
         hyps[b][j] = {tokens = h.tokens, score = h.score, log_prob = h.log_prob,
                       length = h.length, finished = h.finished,
                       alignment = any_attn and h.alignment or nil,
-                      no_finite_score = h.no_finite_score}
+                      maps = trail_maps(h.trail), no_finite_score = h.no_finite_score}
       end
     end
     return hyps

@@ -274,7 +274,9 @@ end
 --- summary (name -> number or text: the final results), a learning curve of the training
 --- loss (history = a Trainer's history) and one chart per metric named in charts (from
 --- history.evals), then each of tables ({caption=, rows=, header=true}) and a strip of the
---- pictures in images (file names in the output folder).
+--- pictures in images (file names in the output folder).  attention: attention viewers
+--- above the pictures: a list of page:attention's data tables (each titled by its title
+--- field), or a function(page) that adds them.
 function Run:write_report(o)
   if type(o) ~= "table" then fail(2, "run:write_report: expected an options table, got %s", type(o)) end
   local report = require "glimpse.lab.report"
@@ -311,6 +313,12 @@ function Run:write_report(o)
   end
   for _, t in ipairs(o.tables or {}) do
     page:table(t.rows, {header = t.header ~= false, caption = t.caption})
+  end
+  if o.attention then
+    page:heading("Attention")
+    if type(o.attention) == "function" then o.attention(page) else
+      for _, d in ipairs(o.attention) do page:attention(d) end
+    end
   end
   if o.images and #o.images > 0 then
     page:heading("Pictures")

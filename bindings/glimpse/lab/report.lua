@@ -1,6 +1,7 @@
 --- glimpse.report -- the one HTML report writer experiments share: a page of headings,
--- paragraphs, tables, pictures, strips of pictures and SVG line charts, written atomically
--- as one self-contained index.html (no scripts, no outside CSS or JS).
+-- paragraphs, tables, pictures, strips of pictures, SVG line charts and attention viewers
+-- (page:attention), written atomically as one self-contained index.html (no outside CSS or
+-- JS: a page with a viewer carries its script inline and works offline from the file).
 --
 --   local page = glimpse.report.Page{title = "seq2seq on reversal"}
 --   page:chart({{name = "train loss", points = {{1, 2.3}, {100, 0.4}}}}, {xlabel = "step"})
@@ -363,16 +364,50 @@ function Page:chart(series, opts)
   return add(self, "<figure>" .. svg .. "</figure>")
 end
 
+--- page:attention(data, {title=, note=, pictures=}) adds an attention viewer: a heatmap of
+--- output tokens (rows) against source tokens (columns) that scrolls rather than shrinks;
+--- hovering or clicking an output token colours the source tokens by its weights, hovering
+--- a source token colours the outputs; a map selector (layers, mechanisms), a head
+--- selector (each head or their mean) and small multiples of every head; with data.image,
+--- the image with each word's weights drawn over its grid and a wrapping strip of one
+--- picture per word.  data: see glimpse.lab.viewer (docs/api/report.md); title: a heading
+--- (default data.title); note: a line under the viewer; pictures: static pictures of the
+--- same maps (paths), linked.
+Page.attention_options = options.declare("page:attention", {
+  {"title", "string", nil, help = "a heading above the viewer (default data.title)"},
+  {"note", "string", nil, help = "a line of text under the viewer"},
+  {"pictures", "table", nil, help = "static pictures of the same maps (paths), linked"},
+})
+
+function Page:attention(data, opts)
+  opts = Page.attention_options:check(opts, 2)
+  local viewer = require "glimpse.lab.viewer"
+  local d = viewer.normalise(data, "page:attention", 2)
+  self.viewers = (self.viewers or 0) + 1
+  local parts = {viewer.block("gv-" .. self.viewers, d, opts.title or data.title)}
+  if opts.note then parts[#parts + 1] = "<p>" .. esc(opts.note) .. "</p>" end
+  if opts.pictures and #opts.pictures > 0 then
+    local links = {}
+    for _, p in ipairs(opts.pictures) do
+      links[#links + 1] = string.format('<a href="%s">%s</a>', esc(p), esc(p:match("[^/]*$")))
+    end
+    parts[#parts + 1] = "<p>Static pictures: " .. table.concat(links, ", ") .. "</p>"
+  end
+  return add(self, table.concat(parts, "\n"))
+end
+
 --- page:render() -> the page as one HTML document (text).
 function Page:render()
+  local viewer = self.viewers and require "glimpse.lab.viewer"
   return table.concat({
     "<!doctype html>",
     "<html lang=\"en\"><head><meta charset=\"utf-8\">",
     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
     "<title>" .. esc(self.title) .. "</title>",
-    "<style>" .. STYLE .. "</style></head><body>",
+    "<style>" .. STYLE .. (viewer and viewer.CSS or "") .. "</style></head><body>",
     "<h1>" .. esc(self.title) .. "</h1>",
     table.concat(self.parts, "\n"),
+    viewer and ("<script>" .. viewer.JS .. "</script>") or "",
     "</body></html>", ""}, "\n")
 end
 

@@ -117,17 +117,58 @@ local function hull_run(n, paper)
     return cat({"--task", "hull", "--n", n}, every(HULL_STEPS[n])(mode), by(mode, HULL_EXTRA)) end,
     exact_rows("hull", {sizes = {n}, [n] = paper}))
 end
+-- the paper's larger rows: one model over mixed sizes, tsp at n=20.  Their flags are
+-- pointer_flags(mode) with some values replaced (a flag may be given once); full budgets:
+-- about 1.8 and 1.3 hours of one idle core (64 and 46 ms a step, docs/experiments/reproduce.md),
+-- with an 8-hour guard for a loaded machine
+local function with(flags, values)
+  local out = {}
+  for i, w in ipairs(flags) do
+    out[i] = w
+    if i > 1 and values[flags[i - 1]] ~= nil then out[i] = values[flags[i - 1]] end
+  end
+  return out
+end
+local HULL_MIXED_STEPS = {full = 100000, quick = 200, tiny = 2}
+local function hull_mixed_run()
+  return {id = "n5-50", script = "scripts/pointer.lua", steps = HULL_MIXED_STEPS,
+          checkpoint = "model.safetensors",
+          flags = function(mode)
+            return cat({"--task", "hull", "--n-min", 5, "--n-max", 50, "--test-n", "5,10,50"},
+                       every(HULL_MIXED_STEPS)(mode), by(mode, HULL_EXTRA),
+                       with(pointer_flags(mode), by(mode, {full = {["--time-limit"] = 28800},
+                         quick = {["--valid"] = 100, ["--test"] = 200, ["--epoch-steps"] = 100},
+                         tiny = {}})))
+          end,
+          rows = exact_rows("hull (5-50 model)", {sizes = {5, 10, 50}, [5] = "92.0%", [10] = "87.0%",
+                                                  [50] = "69.6%"})}
+end
 T[#T + 1] = {name = "pointer_hull", note = POINTER_NOTE, title = "Ptr-Net: convex hull (Vinyals et al. 2015, Table 1)",
   paper = "Ptr-Net trained on n=5-50: exact hull n=5 92.0%, n=10 87.0%, n=50 69.6%; trained on "
           .. "50: 72.6% exact, 99.9% area. Here one model per size (the paper's per-size "
-          .. "models, trained on fresh examples every step).",
-  runs = {hull_run(5, "92.0%"), hull_run(10, "87.0%")}}
+          .. "models, trained on fresh examples every step), and one trained on 5 to 50 points "
+          .. "(a size drawn per example, padded and masked) tested at n=5, 10, 50.",
+  runs = {hull_run(5, "92.0%"), hull_run(10, "87.0%"), hull_mixed_run()}}
 
 local TSP_STEPS = {[5] = {full = 5000, quick = 1000, tiny = 2},
                    [10] = {full = TSP10_FULL, quick = 1000, tiny = 2}}
+-- tsp n=20 on a fixed set of exact tours (engine/tsp.c), kept in out/cache/tsp-labels; full:
+-- logit clipping as hull (HULL_EXTRA)
+local TSP20_STEPS = {full = 100000, quick = 100, tiny = 2}
+local function tsp20_run()
+  return {id = "n20", script = "scripts/pointer.lua", steps = TSP20_STEPS, checkpoint = "model.safetensors",
+          flags = function(mode)
+            return cat({"--task", "tsp", "--n", 20, "--augment", "--label-cache", "out/cache/tsp-labels",
+                        "--train", by(mode, {full = 20000, quick = 256, tiny = 8})},
+                       every(TSP20_STEPS)(mode), by(mode, HULL_EXTRA),
+                       with(pointer_flags(mode), by(mode, {full = {["--time-limit"] = 28800},
+                         quick = {["--valid"] = 50, ["--test"] = 100, ["--epoch-steps"] = 50}, tiny = {}})))
+          end,
+          rows = tsp_rows(20, "3.88 (optimal 3.82)")}
+end
 T[#T + 1] = {name = "pointer_tsp", note = POINTER_NOTE, title = "Ptr-Net: TSP (Vinyals et al. 2015, Table 2)",
-  paper = "average tour length, optimal / Ptr-Net: n=5 2.12 / 2.12, n=10 2.87 / 2.88 "
-          .. "(constrained beam search). One model per size here.",
+  paper = "average tour length, optimal / Ptr-Net: n=5 2.12 / 2.12, n=10 2.87 / 2.88, "
+          .. "n=20 3.82 / 3.88 (constrained beam search). One model per size here.",
   runs = {pointer_run("n5", TSP_STEPS[5], function(mode)
                         return cat({"--task", "tsp", "--n", 5}, every(TSP_STEPS[5])(mode)) end,
                       tsp_rows(5, "2.12 (optimal 2.12)")),
@@ -135,7 +176,8 @@ T[#T + 1] = {name = "pointer_tsp", note = POINTER_NOTE, title = "Ptr-Net: TSP (V
                         return cat({"--task", "tsp", "--n", 10, "--train",
                                     by(mode, {full = TSP10_TRAIN, quick = 2000, tiny = 8})},
                                    every(TSP_STEPS[10])(mode), by(mode, TSP10_EXTRA)) end,
-                      tsp_rows(10, "2.88 (optimal 2.87)"))}}
+                      tsp_rows(10, "2.88 (optimal 2.87)")),
+          tsp20_run()}}
 
 -- ---------------------------------------------------------------------------------------
 -- NTM copy (scripts/ntm_copy.lua)
@@ -200,12 +242,33 @@ local function caption_run(kind)
     end,
     rows = function(m)
       local b, box = m.test_bleu, m.attention_in_box
-      local rows = {{label = kind .. " attention, test BLEU-1 / BLEU-4", paper = kind == "soft" and
+      local rows = {{label = kind .. " attention, test BLEU-1 / BLEU-4 (every phrasing a " ..
+                               "reference)", paper = kind == "soft" and
                        "Flickr8k 67 / 19.5" or "Flickr8k 67 / 21.3",
                      glimpse = string.format("%.1f / %.1f", 100 * b[1], 100 * b[4])}}
       if box and box.inside then          -- where the item word looks: mass in its box
-        rows[2] = {label = kind .. " attention, mass in the named item's box (chance)",
-                   paper = "—", glimpse = string.format("%s (%s)", pct(box.inside), pct(box.chance))}
+        rows[#rows + 1] = {label = kind .. " attention, mass in the named item's box (chance)",
+          paper = "—", glimpse = string.format("%s (%s)", pct(box.inside), pct(box.chance))}
+      end
+      if m.test_cider then                -- every phrasing of the scene is a reference
+        rows[#rows + 1] = {label = kind .. " attention, test CIDEr-D / ROUGE-L (greedy)",
+          paper = "—", glimpse = string.format("%.3f / %.1f (%.3f / %.1f)", m.test_cider,
+            100 * m.test_rouge_l, m.test_cider_greedy, 100 * m.test_rouge_l_greedy)}
+      end
+      local sem = m.test_semantics
+      if sem then                         -- what the captions say about the scene
+        rows[#rows + 1] = {label = kind .. " attention, items / relations named right " ..
+                                   "(precision, recall), exact scenes", paper = "—",
+          glimpse = string.format("%s, %s / %s, %s; %s", pct(sem.items.precision),
+            pct(sem.items.recall), pct(sem.relations.precision), pct(sem.relations.recall),
+            pct(sem.exact))}
+        local four = sem.by_items["4"] or sem.by_items[4]
+        if four then
+          rows[#rows + 1] = {label = kind .. " attention, four-item scenes: right count, all " ..
+                                     "four named, exact", paper = "—",
+            glimpse = string.format("%d, %d, %d of %d", four.count, four.all_named, four.exact,
+                                    four.n)}
+        end
       end
       return rows
     end}

@@ -164,7 +164,10 @@ end
 --- o: glimpse.decode's options, o.beam > 1 for beam search (else greedy).  outputs[b]: the
 --- tokens of row b's best hypothesis; extras = {alignments = {b -> rows}, scores = {b ->
 --- log-probability}, finished = {b -> boolean}, no_finite_score = {b -> true when the model
---- gave no finite log-probability to rank (NaN or -inf everywhere)}}.
+--- gave no finite log-probability to rank (NaN or -inf everywhere)}, n_best = {b -> the
+--- hypotheses decode.beam ranked, best first} (beam > 1 only), maps = {b -> the best
+--- hypothesis's maps, keyed by module path, one row per step} (beam > 1 inside
+--- glimpse.attention.capture only)}.
 function M.decode(model, make_state, step, o)
   local search = require "glimpse.decode"
   local was_training = model.training
@@ -183,10 +186,15 @@ function M.decode(model, make_state, step, o)
         ex.no_finite_score[i] = s ~= s or s == -math.huge
       end
     else
-      for i, h in ipairs(search.beam(step, st, o)) do
+      ex.n_best = search.beam(step, st, o)
+      for i, h in ipairs(ex.n_best) do
         preds[i], ex.alignments[i], ex.scores[i], ex.finished[i] =
           h[1].tokens, h[1].alignment, h[1].log_prob, h[1].finished
         ex.no_finite_score[i] = h[1].no_finite_score or false
+        if h[1].maps then                     -- under glimpse.attention.capture
+          ex.maps = ex.maps or {}
+          ex.maps[i] = h[1].maps
+        end
       end
     end
     return preds, ex

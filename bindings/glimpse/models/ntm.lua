@@ -19,6 +19,7 @@
 local glimpse = require "glimpse"
 local nn = require "glimpse.nn"
 local att = require "glimpse.attention"
+local capture = require "glimpse.attention.capture"
 local C = require "glimpse.models.common"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
@@ -103,6 +104,10 @@ function NTM:forward(x, trace)
   local r = self.read0:reshape(1, W) * glimpse.ones(B, 1)
   local h, cc
   local ys = {}
+  if capture.active then
+    capture.new_sequence(self.write_head)
+    capture.new_sequence(self.read_head)
+  end
   for t = 1, S do
     h, cc = self.controller(glimpse.cat({x:select(2, t), r}, 2), h, cc)
     local pw = head_params(self.write_head(h), W, true)
@@ -113,6 +118,10 @@ function NTM:forward(x, trace)
     r = ntm.read(w_read, memory)
     ys[t] = self.out(glimpse.cat({h, r}, 2))
     if trace then trace.write[t], trace.read[t] = w_write:detach(), w_read:detach() end
+    if capture.active then                   -- keyed by the heads' paths: write_head, read_head
+      capture.record_step(self.write_head, w_write)
+      capture.record_step(self.read_head, w_read)
+    end
   end
   return glimpse.stack(ys, 2)
 end

@@ -4,7 +4,7 @@
 --
 --   local model = glimpse.models.Transformer{dataset = ds, d = 64, heads = 4, layers = 2}
 --   local loss, stats = model:loss(ds:collate({1, 2, 3}))     -- stats.nll, stats.token_accuracy
---   local ids, extras = model:decode(ds:collate({1, 2}))       -- greedy; extras.alignments
+--   local ids, extras = model:decode(ds:collate({1, 2}), {beam = 4})  -- extras.alignments
 --   local alpha = model:alignments(batch)                      -- (B,T,S) cross-attention
 --   model:save("t.safetensors");  model = glimpse.models.Transformer.load("t.safetensors")
 --
@@ -53,7 +53,6 @@ local OPTIONS = options.declare(CLS, C.with_vocabs {
 
 local Transformer = nn.Module:extend("Transformer")
 Transformer.options = OPTIONS
-local DECODE = C.decode_spec("Transformer:decode", {"beam", "max_len"})
 M.Transformer = Transformer
 
 --- Transformer{dataset= | src_vocab=, tgt_vocab=, d=64, heads=4, layers=2, ff=128,
@@ -173,48 +172,93 @@ function Transformer:alignments(b)
   return w
 end
 
---- model:decode(batch, {beam=1, max_len=T+5}) -> outputs, extras: greedy decoding (the
---- decoder runs over the whole prefix at each step); outputs[b] the predicted ids (<end>
---- excluded), extras.alignments[b] the attention rows of each step (<end> step included).
---- Only beam = 1.
+-- ---------------------------------------------------------------------------------------
+-- decoding through glimpse.decode: a step over the decoder layers' key/value caches, or
+-- (cache = false) one that runs the decoder over the whole prefix, the cached one's oracle
+
+local DECODE_OPTIONS = options.declare("Transformer:decode", {
+  {"beam", "int", 1, range = {1}, help = "beam width (1: greedy decoding)"},
+  {"max_len", "int", nil, range = {1},
+   help = "most output steps (default: the targets' width + 5, else 2 S + 5; at most max_len)"},
+  {"length_penalty", "number", 0, help = "beam search's GNMT length normalisation alpha"},
+  {"n_best", "int", 1, range = {1}, help = "hypotheses kept per row (extras.n_best; <= beam)"},
+  {"cache", "boolean", true,
+   help = "keep the decoder's keys/values (false: recompute the prefix at every step)"},
+})
+Transformer.decode_options = DECODE_OPTIONS
+
+-- the cached state: the memory's padding mask and one cache per decoder layer (the memory's
+-- keys/values projected once; the target's appended step by step), all with a row per sequence
+function Transformer:_decode_state(b)
+  local mask = src_mask(b)
+  local memory = self:encode(b.src, mask)
+  local layers = {}
+  for _, layer in self.decoder:named_children() do layers[#layers + 1] = layer:init_cache(memory) end
+  return {mask = mask, layers = layers}
+end
+
+-- glimpse.decode's step over the caches: y (N) the previous ids, t the step (position t - 1)
+function Transformer:_decode_step(y, st, t)
+  local N = y.shape[1]
+  local x = self.pos(self.tgt_emb(y:reshape(N, 1)) * math.sqrt(self.config.d), t - 1)
+  local layers, w = {}, nil
+  local n = #st.layers
+  local i = 0
+  for _, layer in self.decoder:named_children() do
+    i = i + 1
+    x, w, layers[i] = layer:step(x, nil, st.layers[i], {memory_key_padding_mask = st.mask,
+                                                         q_start = t - 1, need_weights = i == n})
+  end
+  local V = self.tgt_vocab:size()
+  return glimpse.log_softmax(self.out(x):reshape(N, V), 2), {mask = st.mask, layers = layers},
+         w:reshape(N, w.shape[3])
+end
+
+-- the recomputing state and step: the prefix of ids so far (N,t) is the state, and every step
+-- runs the decoder over all of it (decode_logits), reading the last position
+function Transformer:_recompute_state(b)
+  local mask = src_mask(b)
+  return {mask = mask, memory = self:encode(b.src, mask)}
+end
+
+function Transformer:_recompute_step(y, st, t)
+  local N = y.shape[1]
+  local prefix = y:reshape(N, 1)
+  if st.prefix then prefix = glimpse.cat({st.prefix, prefix}, 2) end
+  local logits, w = self:decode_logits(prefix, st.memory, st.mask)
+  return glimpse.log_softmax(logits:select(2, t), 2),
+         {mask = st.mask, memory = st.memory, prefix = prefix}, w:select(2, t)
+end
+
+--- model:decode(batch, {beam=1, max_len=T+5, length_penalty=0, n_best=1, cache=true}) ->
+---   outputs, extras
+-- Greedy decoding (beam = 1, glimpse.decode.greedy) or beam search (glimpse.decode.beam,
+-- GNMT length penalty) through the decoder layers' key/value caches, so a step costs one new
+-- row per layer (cache = false: the decoder runs over the whole prefix at every step, the
+-- same maths, kept as the reference).  outputs[b]: the predicted ids of row b (a Lua list,
+-- <end> excluded); extras: {alignments = {b -> one attention row (S numbers) per step, the
+-- <end> step included: the last decoder layer's cross-attention averaged over heads},
+-- scores = {b -> log-probability}, finished = {b -> boolean}, no_finite_score = {b -> boolean},
+-- n_best = {b -> beam search's n_best hypotheses {tokens, score, log_prob, length, finished,
+-- alignment}} (beam > 1 only)}.  max_len defaults to the width of batch.tgt_in + 5 when the
+-- batch has targets, else 2 S + 5, and is at most the model's max_len.  Runs in evaluation
+-- mode without a tape.
 function Transformer:decode(b, opts)
   check_batch(b, "Transformer:decode", false, 2)
-  local o = DECODE:check(opts, 2)
-  local beam = o.beam
-  if beam ~= 1 then C.fail(2, "Transformer:decode: only greedy decoding (beam = 1), got %d", beam) end
+  local o = DECODE_OPTIONS:check(opts, 2)
+  if o.n_best > o.beam then
+    C.fail(2, "Transformer:decode: option 'n_best' (%d) cannot exceed option 'beam' (%d)",
+           o.n_best, o.beam)
+  end
   local max_len = o.max_len or
     (glimpse.is_tensor(b.tgt_in) and b.tgt_in.shape[2] + 5 or 2 * b.src.shape[2] + 5)
   max_len = math.min(max_len, self.config.max_len)
-  local was_training = self.training
-  self:evaluate()
-  local ok, outs, aligns = pcall(glimpse.no_grad, function()
-    local mask = src_mask(b)
-    local memory = self:encode(b.src, mask)
-    local B = b.src.shape[1]
-    local prefix, outs, aligns, done = {}, {}, {}, {}
-    for i = 1, B do prefix[i], outs[i], aligns[i] = {Vocab.START}, {}, {} end
-    local left = B
-    for t = 1, max_len do
-      local logits, w = self:decode_logits(glimpse.tensor(prefix), memory, mask)
-      local next_ids = logits:select(2, t):argmax(2):totable()
-      local rows = w:select(2, t):totable()
-      for i = 1, B do
-        local y = next_ids[i]
-        if type(y) == "table" then y = y[1] end
-        y = math.tointeger(y)
-        if not done[i] then
-          aligns[i][t] = rows[i]
-          if y == Vocab.END then done[i], left = true, left - 1 else outs[i][#outs[i] + 1] = y end
-        end
-        prefix[i][t + 1] = done[i] and Vocab.PAD or y
-      end
-      if left == 0 then break end
-    end
-    return outs, aligns
-  end)
-  if was_training then self:train() end
-  if not ok then error(outs, 0) end
-  return outs, {alignments = aligns}
+  local make, step = self._decode_state, self._decode_step
+  if not o.cache then make, step = self._recompute_state, self._recompute_step end
+  local d = {max_len = max_len, start = Vocab.START, stop = Vocab.END, beam = o.beam}
+  if o.beam > 1 then d.length_penalty, d.n_best = o.length_penalty, o.n_best end
+  return C.decode(self, function() return make(self, b) end,
+                  function(y, s, t) return step(self, y, s, t) end, d)
 end
 
 --- model:save(path, meta) -> path (safetensors with the configuration and vocabularies)

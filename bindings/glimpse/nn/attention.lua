@@ -16,6 +16,7 @@ local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
 local att = require "glimpse.attention"
+local capture = require "glimpse.attention.capture"
 local base = require "glimpse.nn.module"
 local Linear = require("glimpse.nn.linear").Linear
 
@@ -216,6 +217,7 @@ function Attention:precompute(keys, values, mask)
                keys.shape[3], self.key_size)
   end
   if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
+  if capture.active then capture.new_sequence(self) end
   return {cache = att.precompute(self.score, self:score_params(), keys), keys = keys,
           values = values or keys, mask = mask, t = 0, logps = {}, entropies = {}}
 end
@@ -259,10 +261,28 @@ function Attention:forward(q, keys, values, mask, state)
   o.extra = extra
   if mode == "monotonic" then return self:monotonic_step(q, values, mask, state) end
   local ctx, alpha = att.step(self.score, self:score_params(), state.cache, q, values, m, o)
-  if mode == "hard" then ctx = self:hard_context(ctx, alpha, values, state) end
+  local idx
+  if mode == "hard" then ctx, idx = self:hard_context(ctx, alpha, values, state) end
   state.prev_alpha = alpha
   state.coverage = state.coverage and state.coverage + alpha or alpha
+  if capture.active then self:_capture(alpha, idx, state) end
   return ctx, alpha, state
+end
+
+-- attention.capture's records of one step: alpha (B,L) (local modes: over every source
+-- position, 0 outside the window), and in hard mode "sample", the cell read as a one-hot
+-- (all zeros where the step read the expected context)
+function Attention:_capture(alpha, idx, state)
+  local info = {grid = state.grid, extra = state.extra}
+  capture.record_step(self, alpha, nil, info)
+  if self.mode ~= "hard" then return end
+  local B, L = alpha.shape[1], alpha.shape[2]
+  capture.record_step(self, glimpse.no_grad(function()
+    local z = glimpse.zeros(B, L)
+    if not idx then return z end
+    z = z:scatter_add(2, idx, glimpse.ones(B, 1))
+    return state.soft_rows and z * (1 - state.soft_rows) or z
+  end), "sample", info)
 end
 
 -- monotonic mode (Raffel et al. 2017): training (and hard_eval = "soft") uses the expected
@@ -287,22 +307,24 @@ function Attention:monotonic_step(q, values, mask, state)
   end
   state.prev_alpha = alpha
   state.coverage = state.coverage and state.coverage + alpha or alpha
+  if capture.active then self:_capture(alpha, nil, state) end
   return att.context(alpha, values), alpha, state
 end
 
 -- hard mode: replace the expected context by a sampled annotation (training), keep the
--- sample's log-probability and the entropy for attention.reinforce_loss.
+-- sample's log-probability and the entropy for attention.reinforce_loss.  Returns the
+-- context and the cell read, idx (B,1) (nil when it is the expected context).
 function Attention:hard_context(soft_ctx, alpha, values, state)
   if not self.training then
     if self.hard_eval == "soft" then return soft_ctx end
     if self.hard_eval == "region" then
       local idx = att.region_argmax(alpha, {grid = state.grid, size = self.region, extra = state.extra})
       state.sample = idx
-      return att.read(values, idx)
+      return att.read(values, idx), idx
     end
     local ctx, idx = att.sample(alpha, values, {greedy = self.hard_eval == "argmax"})
     state.sample = idx
-    return ctx
+    return ctx, idx
   end
   if state.use_soft == nil then   -- one decision per sequence (Xu et al.: p = 0.5)
     state.use_soft = self.soft_prob > 0 and glimpse.rand(1):item() < self.soft_prob
@@ -314,13 +336,13 @@ function Attention:hard_context(soft_ctx, alpha, values, state)
   if self.estimator == "gumbel" then       -- straight-through: no REINFORCE terms
     local ctx, idx = att.gumbel_sample(alpha, values, self.tau)
     state.sample = idx
-    return mixed(ctx)
+    return mixed(ctx), idx
   end
   local ctx, idx, logp, H = att.sample(alpha, values)
   state.sample = idx
   state.logps[state.t] = logp
   state.entropies[state.t] = H
-  return mixed(ctx)
+  return mixed(ctx), idx
 end
 
 --- att:reinforce_terms(state, tgt_mask (B,T) or nil) -> logp (B), entropy (B)

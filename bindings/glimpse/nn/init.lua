@@ -12,6 +12,7 @@
 --   attention.lua   nn.Attention         multihead.lua  nn.MultiheadAttention
 --   pointer.lua     nn.Pointer
 --   transformer.lua nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.PositionalEncoding
+--   transformer_cache.lua  the decoder layer's cached step (TransformerDecoderLayer:step)
 --
 -- Each file requires only glimpse.nn.module, glimpse.check, glimpse.options (and the
 -- engine, glimpse.attention or glimpse.nn.weight_init), so any of them may be required on its
@@ -35,6 +36,7 @@ local FAMILIES = {
   "glimpse.nn.multihead",
   "glimpse.nn.pointer",
   "glimpse.nn.transformer",
+  "glimpse.nn.transformer_cache",
 }
 
 for _, name in ipairs(FAMILIES) do

@@ -49,6 +49,22 @@ MultiheadAttention.forward_options = options.declare("nn.MultiheadAttention:forw
   {"k_start", "int", 0, range = {0}, help = "0-based position of the first key row"},
 })
 
+-- the forward options when none are given (read only)
+local FORWARD_DEFAULTS = MultiheadAttention.forward_options:check(nil, 1)
+
+-- the forward's options, checked; the common call (causal and need_weights, booleans) is
+-- read directly: the module's cost stays that of the attention on small inputs
+local function forward_options(opts)
+  if opts == nil then return FORWARD_DEFAULTS end
+  for k, v in pairs(opts) do
+    if (k ~= "causal" and k ~= "need_weights") or type(v) ~= "boolean" then
+      return MultiheadAttention.forward_options:check(opts, 3)
+    end
+  end
+  return {causal = opts.causal, need_weights = opts.need_weights ~= false, q_start = 0,
+          k_start = 0}
+end
+
 --- nn.MultiheadAttention(d, heads, {causal=false, dropout=0, bias=true, positions="none",
 ---   rope_base=10000, t5_buckets=32, t5_max_distance=128, kv_heads=heads, window=nil,
 ---   top_k=nil, attention="softmax"}) -> module
@@ -115,7 +131,7 @@ function MultiheadAttention:forward(query, key, value, mask, opts)
   if not glimpse.is_tensor(query) or query:dim() ~= 3 or query.shape[3] ~= self.embed_dim then
     check.fail(2, "MultiheadAttention: query must be (B,T,%d)", self.embed_dim)
   end
-  local o = MultiheadAttention.forward_options:check(opts, 2)
+  local o = forward_options(opts)
   local causal = self.causal
   if o.causal ~= nil then causal = o.causal end
   local ao = {mask = mask, causal = causal, dropout = self.dropout, training = self.training,
@@ -124,14 +140,21 @@ function MultiheadAttention:forward(query, key, value, mask, opts)
     for k, v in pairs(self.variant or {}) do ao[k] = v end
     ao.attn_mask, ao.q_start, ao.k_start = o.attn_mask, o.q_start, o.k_start
   end
-  return att.multi_head(query, key, value, {
-    heads = self.num_heads, kv_heads = self.kv_heads,
-    in_proj_weight = self.in_proj_weight, in_proj_bias = self.in_proj_bias,
-    q_proj_weight = self.q_proj_weight, k_proj_weight = self.k_proj_weight,
-    v_proj_weight = self.v_proj_weight, q_proj_bias = self.q_proj_bias,
-    k_proj_bias = self.k_proj_bias, v_proj_bias = self.v_proj_bias,
-    relative_attention_bias = self.relative_attention_bias,
-    out_weight = self.out_proj.weight, out_bias = self.out_proj.bias}, ao)
+  local p
+  if self.in_proj_weight then   -- the packed projection (the fused op's)
+    p = {heads = self.num_heads, in_proj_weight = self.in_proj_weight,
+         in_proj_bias = self.in_proj_bias, out_weight = self.out_proj.weight,
+         out_bias = self.out_proj.bias, relative_attention_bias = self.relative_attention_bias,
+         module = self}                                  -- module: attention.capture's key
+  else
+    p = {heads = self.num_heads, kv_heads = self.kv_heads,
+         q_proj_weight = self.q_proj_weight, k_proj_weight = self.k_proj_weight,
+         v_proj_weight = self.v_proj_weight, q_proj_bias = self.q_proj_bias,
+         k_proj_bias = self.k_proj_bias, v_proj_bias = self.v_proj_bias,
+         relative_attention_bias = self.relative_attention_bias,
+         out_weight = self.out_proj.weight, out_bias = self.out_proj.bias, module = self}
+  end
+  return att.multi_head(query, key, value, p, ao)
 end
 
 function MultiheadAttention:extra_repr()

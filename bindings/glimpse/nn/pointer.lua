@@ -3,6 +3,7 @@ local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
 local att = require "glimpse.attention"
+local capture = require "glimpse.attention.capture"
 local base = require "glimpse.nn.module"
 local Linear = require("glimpse.nn.linear").Linear
 
@@ -61,6 +62,7 @@ function Pointer:precompute(keys, mask)
                or type(keys))
   end
   if mask ~= nil and not glimpse.is_tensor(mask) then mask = glimpse.tensor(mask) end
+  if capture.active then capture.new_sequence(self) end
   return {keys = keys, mask = mask, uk = glimpse.linear(keys, self.key_proj.weight)}
 end
 
@@ -75,7 +77,9 @@ function Pointer:forward(q, keys, mask, chosen, state)
   local e = att.additive_scores(glimpse.linear(q, self.query_proj.weight), state.uk, self.v)
   if self.logit_clip > 0 then e = e:tanh() * self.logit_clip end
   local logits = att.pointer_logits(e, mask or state.mask, chosen)
-  return logits, glimpse.softmax(logits, 2), state
+  local probs = glimpse.softmax(logits, 2)
+  if capture.active then capture.record_step(self, probs) end
+  return logits, probs, state
 end
 
 --- Pointer.mark(chosen (B,L) or nil, idx (B,1) 1-based, B, L) -> chosen with idx set to 1

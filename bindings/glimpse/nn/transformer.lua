@@ -14,9 +14,14 @@
 --   which key (PyTorch's attn_mask / src_mask / tgt_mask);  causal = true: query i sees keys
 --   j <= i (PyTorch's generate_square_subsequent_mask).  The three combine (all must allow).
 -- A query row with no visible key gets all-zero weights (PyTorch gives NaN there).
+-- The self-attention (not the decoder's cross-attention) takes nn.MultiheadAttention's
+-- position schemes and variants: positions = "rope" | "alibi" | "t5" | "none", rope_base,
+-- t5_buckets, t5_max_distance, kv_heads, window, top_k, attention = "softmax" | "linear"
+-- (docs/api/transformer.md).  T5 buckets are bidirectional unless the call is causal.
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local options = require "glimpse.options"
+local variants = require "glimpse.attention.mh_variants"
 
 -- the layers these are made of, from their own family files (not glimpse.nn: no cycle)
 local nn = {
@@ -118,6 +123,7 @@ local function layer_options(spec, d, heads, opts)
                tostring(heads))
   end
   local o = spec:check(opts, 4)
+  variants.check(o, heads, o.kv_heads or heads, d // heads, cls, 4)
   if o.dropout >= 1 then
     check.fail(4, "%s: dropout must be a number in [0,1), got %s", cls, tostring(o.dropout))
   end
@@ -149,10 +155,12 @@ local function ff_block(self, x, drop)
 end
 
 local function layer_repr(self)
+  local sa = self.self_attn
+  local pos = sa.positions ~= "none" and ", positions=" .. sa.positions or ""
   return string.format("d_model=%d, nhead=%d, dim_feedforward=%d, dropout=%g, " ..
-                       "activation=%s, norm_first=%s", self.d_model, self.nhead,
+                       "activation=%s, norm_first=%s%s", self.d_model, self.nhead,
                        self.dim_feedforward, self.dropout_p, self.activation,
-                       tostring(self.norm_first))
+                       tostring(self.norm_first), pos)
 end
 
 --- nn.PositionalEncoding.sinusoid(L, d) -> (L, d) tensor: row p (1-based) holds the encoding of
@@ -189,7 +197,9 @@ local function build(nn)
   })
 
   --- nn.TransformerEncoderLayer(d_model, nhead, {dim_feedforward=2048, dropout=0.1,
-  ---   activation="relu"|"gelu"|function, norm_first=false, layer_norm_eps=1e-5}) -> module
+  ---   activation="relu"|"gelu"|function, norm_first=false, layer_norm_eps=1e-5,
+  ---   positions="none", rope_base=10000, t5_buckets=32, t5_max_distance=128,
+  ---   kv_heads=nhead, window=nil, top_k=nil, attention="softmax"}) -> module
   --- Parameters as PyTorch's: self_attn.{in_proj_weight,in_proj_bias,out_proj.weight,
   --- out_proj.bias}, linear1.*, linear2.*, norm1.*, norm2.* (dropout is also applied to the
   --- attention weights, as in PyTorch).
@@ -236,7 +246,8 @@ local function build(nn)
 
   --- nn.TransformerDecoderLayer(d_model, nhead, {same options as the encoder layer})
   --- Parameters as PyTorch's: self_attn.*, multihead_attn.* (the attention over the
-  --- memory), linear1.*, linear2.*, norm1.*, norm2.*, norm3.*.
+  --- memory), linear1.*, linear2.*, norm1.*, norm2.*, norm3.*.  The position scheme and
+  --- variant options act on self_attn only; multihead_attn stays plain attention.
   function Decoder:init(d, heads, opts)
     local o = layer_options(Decoder.options, d, heads, opts)
     setup(self, d, heads, o)

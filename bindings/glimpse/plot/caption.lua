@@ -5,7 +5,9 @@
 --   caption_plot.overlays(image, alphas, {"a", "bag"}, "strip.png", {grid = {4, 4}})
 --
 -- Maps share one colour scale by default (0 .. the caption's largest weight), so a sharp map
--- looks sharp and a flat one flat.
+-- looks sharp and a flat one flat; a colour bar under the strip shows it (viridis, as the
+-- heatmaps of glimpse.viz and the report's attention viewer).  A long caption wraps: by
+-- default as many panels to a row as fit M.PAGE_WIDTH (1200 px, a report page's width).
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 local viz = require "glimpse.plot.viz"
@@ -13,6 +15,7 @@ local viz = require "glimpse.plot.viz"
 local M = {}
 
 M.SCALE = 2          -- images are drawn at twice their size (64 -> 128 pixels)
+M.PAGE_WIDTH = 1200  -- px: the widest strip the default ncol makes
 
 -- words as a list: a string is split on spaces
 local function word_list(words)
@@ -32,14 +35,14 @@ local function grid_of(grid, H, W, L)
 end
 
 --- caption_plot.overlays(image, alphas (T,L), words, path, {grid=, scale=2, alpha=0.6,
----                       colormap="jet", normalise="shared", title="image", ncol=all},
+---                       colormap="viridis", normalise="shared", title="image", ncol=},
 ---                       fname) -> path
 -- image: (C,H,W) in [0,1] (the picture as seen, before normalisation) or a file name;
 -- words: a string (split on spaces) or a list with one entry per row of alphas.  grid: the
 -- annotation grid {gh, gw} or a function (H, W) -> gh, gw (default: square).
 -- normalise="shared": every map on one scale, 0 .. the largest weight of the caption;
 -- "each": every map stretched to its own min..max (glimpse.image.overlay's own).  ncol:
--- panels per row (a long caption wraps onto more rows).  fname names the caller in errors.
+-- panels per row (default: as many as fit M.PAGE_WIDTH).  fname names the caller in errors.
 function M.overlays(img, alphas, words, path, opts, fname)
   opts = opts or {}
   fname = fname or "caption_plot.overlays"
@@ -73,7 +76,7 @@ function M.overlays(img, alphas, words, path, opts, fname)
     check.fail(2, "%s: alphas have %d columns, a %dx%d image gives a %dx%d grid", fname,
                alphas.shape[2], H, W, gh or 0, gw or 0)
   end
-  local scale, blend, cmap = opts.scale or M.SCALE, opts.alpha or 0.6, opts.colormap or "jet"
+  local scale, blend, cmap = opts.scale or M.SCALE, opts.alpha or 0.6, opts.colormap or "viridis"
   local rgb = img
   if img.shape[1] == 1 then rgb = glimpse.cat({img, img, img}, 1) end
   if img.shape[1] == 4 then rgb = img:narrow(1, 1, 3) end
@@ -98,13 +101,39 @@ function M.overlays(img, alphas, words, path, opts, fname)
     end
     panels[#panels + 1] = labelled(over, words[t])
   end
-  local ncol = opts.ncol or #panels
+  local ncol = opts.ncol or math.max(1, (M.PAGE_WIDTH - 2) // (W * scale + 2))
   if math.type(ncol) ~= "integer" or ncol < 1 then
     check.fail(2, "%s: opts.ncol must be a positive integer, got %s", fname, check.value(opts.ncol))
   end
   local strip = image.grid(panels, {ncol = math.min(ncol, #panels), padding = 2, pad_value = 1})
+  local bar = T > 0 and M.colour_bar(strip.shape[3], norm == "each" and 1 or vmax, cmap,
+                                     norm == "each" and "each map: its min .. max" or "weight")
+  if bar then strip = glimpse.cat({strip, bar}, 2) end
   image.save(path, strip)
   return path
+end
+
+--- caption_plot.colour_bar(width, vmax, colormap, label) -> a (3,22,width) legend: the
+--- colour map from 0 to vmax with both ends and the label written; nil when width is
+--- under 100 px
+function M.colour_bar(width, vmax, cmap, label)
+  local image = glimpse.image
+  local left, bw = 14, math.min(200, width - 80)
+  if bw < 20 then return nil end
+  local ramp = {}
+  for k = 1, bw do ramp[k] = (k - 1) / (bw - 1) end
+  local bar = image.heatmap(glimpse.tensor({ramp}), {colormap = cmap, vmin = 0, vmax = 1})
+  bar = image.resize(bar, 10, bw, {filter = "nearest"})
+  local row = glimpse.cat({glimpse.ones(3, 10, left), bar, glimpse.ones(3, 10, width - left - bw)}, 3)
+  local out = glimpse.cat({glimpse.ones(3, 2, width), row, glimpse.ones(3, 10, width)}, 2)
+  out = viz.draw_text(out, "0", 4, 3, {scale = 1})
+  local top = string.format("%.2g", vmax)
+  out = viz.draw_text(out, top, left + bw + 3, 3, {scale = 1})
+  local lx = left + bw + 3 + viz.text_width(top, 1) + 8
+  if label and lx + viz.text_width(label, 1) <= width then
+    out = viz.draw_text(out, label, lx, 3, {scale = 1})
+  end
+  return out
 end
 
 return M

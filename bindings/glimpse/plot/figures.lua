@@ -31,17 +31,7 @@ function M.seq2seq_alignments(dir, ds, items, opts)
   opts = opts or {}
   local names = {}
   for k, s in ipairs(items) do
-    local src_text = ds.src[s.index]
-    local src = {}
-    for ch in src_text:gmatch(".") do src[#src + 1] = ch == " " and "_" or ch end
-    local tgt = {}
-    for _, id in ipairs(s.ids) do tgt[#tgt + 1] = ds.tgt_vocab:token(id) end
-    local rows = {}
-    for t = 1, math.min(#s.alignment, #tgt + 1) do
-      rows[t] = table.move(s.alignment[t], 1, #ds.src_ids[s.index], 1, {})
-    end
-    if #rows == #tgt + 1 then tgt[#tgt + 1] = "<end>" end
-    while #tgt > #rows do table.remove(tgt) end
+    local rows, src, tgt = M.seq2seq_rows(ds, s)
     local title = string.format("%s %s", opts.title or "", s.ok and "(correct)" or "(wrong)")
     names[#names + 1] = string.format("alignment_%d.png", k)
     viz.alignment(rows, src, tgt, dir .. "/" .. names[#names], {title = title})
@@ -50,6 +40,23 @@ function M.seq2seq_alignments(dir, ds, items, opts)
     end
   end
   return names
+end
+
+--- figures.seq2seq_rows(ds, item) -> rows, src, tgt: an item of seq2seq_alignments as a
+--- labelled map: the attention rows cut to the source, the source characters (a space as
+--- "_") and the predicted tokens (with "<end>" when the <end> step has a row)
+function M.seq2seq_rows(ds, s)
+  local src = {}
+  for ch in ds.src[s.index]:gmatch(".") do src[#src + 1] = ch == " " and "_" or ch end
+  local tgt = {}
+  for _, id in ipairs(s.ids) do tgt[#tgt + 1] = ds.tgt_vocab:token(id) end
+  local rows = {}
+  for t = 1, math.min(#s.alignment, #tgt + 1) do
+    rows[t] = table.move(s.alignment[t], 1, #ds.src_ids[s.index], 1, {})
+  end
+  if #rows == #tgt + 1 then tgt[#tgt + 1] = "<end>" end
+  while #tgt > #rows do table.remove(tgt) end
+  return rows, src, tgt
 end
 
 -- ---------------------------------------------------------------------------------------

@@ -7,7 +7,11 @@
 --   local img = viz.draw_text(glimpse.ones(3, 20, 80), "hello", 2, 2)        -- (3,H,W) in [0,1]
 --
 -- Rows of the map are target tokens (labelled on the left), columns source tokens (labelled
--- along the top: horizontally when every token is one character, else written upwards).
+-- along the top: horizontally when every token fits its column, else written upwards).
+-- Labels never overlap: when the cells are smaller than a line of text, every k-th row or
+-- column is labelled (the first always).  A picture is at least MIN_WIDTH (320) px wide
+-- (the cells grow, up to 40 px, then the margin) and has a colour bar: viridis from vmin
+-- (0) to vmax (1) by default, the scale glimpse.report's attention viewer uses too.
 -- The font is our own 5x8 bitmap (printable ASCII; other bytes draw as '?'), drawn at an
 -- integer scale.
 local glimpse = require "glimpse"
@@ -256,9 +260,27 @@ local function prepare(alpha, src, tgt, opts)
     error(string.format("viz.alignment: %d target tokens for %d rows of alpha", #tgt, T), 3)
   end
   local o = {cell = opts.cell or 22, scale = opts.scale or 2, cmap = opts.cmap or "viridis",
-             vmin = opts.vmin or 0, vmax = opts.vmax or 1, title = opts.title}
+             vmin = opts.vmin or 0, vmax = opts.vmax or 1, title = opts.title,
+             min_width = opts.min_width or M.MIN_WIDTH}
   if o.vmax <= o.vmin then o.vmax = o.vmin + 1 end
   return a, src, tgt, T, S, o
+end
+
+M.MIN_WIDTH = 320        -- px: the narrowest heatmap picture
+M.MAX_CELL = 40          -- px: cells grow up to this to reach MIN_WIDTH
+
+--- viz.label_step(cell, size) -> k: label every k-th row or column of `cell` px when a
+--- label takes `size` px across them (2 px apart at least)
+function M.label_step(cell, size)
+  return math.max(1, math.ceil((size + 2) / math.max(cell, 1)))
+end
+
+local function shown(k, i) return (i - 1) % k == 0 end
+
+-- the cell size that makes a picture of fixed width `rest` plus S cells reach min_width
+local function grown_cell(cell, S, rest, min_width)
+  if rest + S * cell >= min_width then return cell end
+  return math.max(cell, math.min(M.MAX_CELL, math.ceil((min_width - rest) / math.max(S, 1))))
 end
 
 local function colour(o, x)
@@ -269,27 +291,30 @@ local function colour(o, x)
 end
 
 --- viz.alignment_image(alpha (T_tgt,T_src), src_tokens, tgt_tokens, opts) -> (3,H,W) image
--- opts: cell (pixels per cell, 22), scale (font scale, 2), cmap ("viridis"; jet, hot, grey),
--- vmin/vmax (colour range, 0..1), title (a line above the map).
+-- opts: cell (pixels per cell, 22; grown to reach min_width), scale (font scale, 2), cmap
+-- ("viridis"; jet, hot, grey), vmin/vmax (colour range, 0..1), title (a line above the
+-- map), min_width (viz.MIN_WIDTH, 320 px).
 function M.alignment_image(alpha, src, tgt, opts)
   opts = opts or {}
   local a, S_tok, T_tok, T, S, o = prepare(alpha, src, tgt, opts)
   local cell, sc = o.cell, o.scale
   local th, pad = M.text_height(sc), 6
-  local all_short = true
   local maxs, maxt = 0, 0
-  for _, s in ipairs(S_tok) do
-    if #s > 1 then all_short = false end
-    maxs = math.max(maxs, M.text_width(s, sc))
-  end
+  for _, s in ipairs(S_tok) do maxs = math.max(maxs, M.text_width(s, sc)) end
   for _, s in ipairs(T_tok) do maxt = math.max(maxt, M.text_width(s, sc)) end
   local title_h = o.title and th + 2 * pad or 0
   local left = pad + maxt + pad
-  local top = title_h + pad + (all_short and th or maxs) + pad
   local bar_w = 14
+  local legend_w = 2 * pad + bar_w + pad + M.text_width(string.format("%.2g", o.vmax), sc) + pad
+  cell = grown_cell(cell, S, left + legend_w, o.min_width)
+  local all_short = maxs <= cell - 2       -- every source label fits its column: horizontal
+  local kc = M.label_step(cell, all_short and maxs or th)
+  local kr = M.label_step(cell, th)
+  local top = title_h + pad + (all_short and th or maxs) + pad
   local bar_left = left + S * cell + 2 * pad
   local W = bar_left + bar_w + pad + M.text_width(string.format("%.2g", o.vmax), sc) + pad
   if o.title then W = math.max(W, pad + M.text_width(o.title, sc) + pad) end
+  W = math.max(W, o.min_width)
   local H = top + T * cell + pad
   H = math.max(H, top + 2 * th + pad)
   local cv = canvas(W, H, {1, 1, 1})
@@ -304,7 +329,8 @@ function M.alignment_image(alpha, src, tgt, opts)
   -- source labels along the top, centred on their columns
   for j, s in ipairs(S_tok) do
     local cx = left + (j - 1) * cell + cell // 2
-    if all_short then
+    if not shown(kc, j) then  -- crowded: every kc-th label
+    elseif all_short then
       cv:text(s, cx - M.text_width(s, sc) // 2, top - pad - th, sc, black)
     else
       local w = M.text_width(s, sc)
@@ -314,7 +340,7 @@ function M.alignment_image(alpha, src, tgt, opts)
   -- target labels on the left, right-aligned, centred on their rows
   for i, s in ipairs(T_tok) do
     local cy = top + (i - 1) * cell + cell // 2
-    cv:text(s, left - pad - M.text_width(s, sc), cy - th // 2, sc, black)
+    if shown(kr, i) then cv:text(s, left - pad - M.text_width(s, sc), cy - th // 2, sc, black) end
   end
   -- colour bar: vmax at the top, vmin at the bottom
   local bar_h = T * cell
@@ -345,10 +371,13 @@ function M.alignment_svg(alpha, src, tgt, path, opts)
   for _, s in ipairs(T_tok) do maxt = math.max(maxt, #s) end
   local title_h = o.title and font + 12 or 0
   local left = math.ceil(12 + maxt * font * 0.62)
+  cell = grown_cell(cell, S, left + 12 + 14 + 8 + 5 * font, o.min_width)
+  local kc, kr = M.label_step(cell, font), M.label_step(cell, font)
   local top = math.ceil(title_h + 12 + maxs * font * 0.62)
   local bar_left = left + S * cell + 12
   local W, H = bar_left + 14 + 8 + 5 * font, top + T * cell + 12
   if o.title then W = math.max(W, math.ceil(24 + #o.title * font * 0.62)) end
+  W = math.max(W, o.min_width)
   local out = {}
   local function add(fmt, ...) out[#out + 1] = string.format(fmt, ...) end
   add('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
@@ -367,12 +396,14 @@ function M.alignment_svg(alpha, src, tgt, path, opts)
   end
   for j, s in ipairs(S_tok) do
     local x, y = left + (j - 0.5) * cell, top - 6
-    add('<text x="%.1f" y="%.1f" transform="rotate(-90 %.1f %.1f)" dominant-baseline="middle">'
-        .. '%s</text>', x, y, x, y, xml_escape(s))
+    if shown(kc, j) then add('<text x="%.1f" y="%.1f" transform="rotate(-90 %.1f %.1f)" dominant-baseline="middle">'
+        .. '%s</text>', x, y, x, y, xml_escape(s)) end
   end
   for i, s in ipairs(T_tok) do
-    add('<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>',
-        left - 6, top + (i - 0.5) * cell, xml_escape(s))
+    if shown(kr, i) then
+      add('<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>',
+          left - 6, top + (i - 0.5) * cell, xml_escape(s))
+    end
   end
   -- colour bar: vmax at the top
   local stops = {}

@@ -1,9 +1,11 @@
 --- glimpse.compare's outputs (part of glimpse.compare; compare/init.lua publishes them):
 -- results.json, results.md (a table per task), index.html (the tables, the charts of
--- accuracy against length and of the learning curves, a strip of alignment heatmaps).
+-- accuracy against length and of the learning curves, an attention viewer of one test
+-- example with a mechanism selector, and a strip of alignment heatmaps).
 local util = require "glimpse.util"
 local report = require "glimpse.lab.report"
 local viz = require "glimpse.plot.viz"
+local viewer_data = require "glimpse.lab.viewer_data"
 local records = require "glimpse.lab.compare.records"
 local summary = require "glimpse.lab.compare.summary"
 
@@ -176,9 +178,10 @@ function P.write(dir, rows, records_, meta)
                                  "(or no mechanism here attends)."))
     page:table(table_rows(g), {header = true})
     for _, ch in ipairs(P.charts(g, t)) do page:chart(ch[1], ch[2]) end
-    local pics = {}
+    local pics, shown = {}, {}
     for _, rec in ipairs(records_) do
       if rec.task == t and rec.heatmap and rec.seed == g[1].seeds[1] then
+        shown[#shown + 1] = rec
         local h = rec.heatmap
         local name = string.format("heatmaps/%s.png", rec.id)
         viz.alignment(h.alpha, h.src, h.tgt, dir .. "/" .. name,
@@ -189,6 +192,10 @@ function P.write(dir, rows, records_, meta)
     if #pics > 0 then
       page:heading(string.format("Alignments of one test example (seed %d)",
                                  math.floor(g[1].seeds[1])), 3)
+      for _, v in ipairs(viewer_data.compare(shown)) do
+        page:attention(v.data, {title = v.title, note = "Choose the mechanism above the map; " ..
+                                "hover an output token to see its weights over the source."})
+      end
       page:images(pics)
     end
   end

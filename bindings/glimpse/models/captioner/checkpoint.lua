@@ -19,12 +19,31 @@ M.methods = Captioner
 local FORMAT = "glimpse.captioner"
 
 --- cap:save(path) -> path.  One safetensors file: the state_dict, and in the metadata the
---- configuration and the vocabulary as JSON (so Captioner.load needs nothing else) and the
---- REINFORCE baseline.  The write is atomic (glimpse.save).
+--- configuration and the vocabulary as JSON (so Captioner.load needs nothing else), the
+--- REINFORCE baseline, and what the model knows: cap.description (text: the training
+--- images and captions; cap:about shows it) and cap.familiar_summary (JSON "familiar":
+--- statistics of training images, glimpse.captioner.familiar.summary) when set.  The write
+--- is atomic (glimpse.save).
 function Captioner:save(path)
   local baseline = self.baseline.value and string.format("%.17g", self.baseline.value)
-  return common.save(self, path, FORMAT, {config = self.config, vocab = self.vocab:totable()},
-                     {baseline = baseline}, "Captioner:save")
+  return common.save(self, path, FORMAT, {config = self.config, vocab = self.vocab:totable(),
+                                          familiar = self.familiar_summary},
+                     {baseline = baseline, description = self.description}, "Captioner:save")
+end
+
+--- checkpoint.knows(meta, path, fname) -> description, familiar summary: what a checkpoint's
+--- metadata says the model knows (nil where it says nothing); a damaged summary is an error
+function M.knows(meta, path, fname)
+  local summary
+  if meta.familiar then
+    local ok, v = pcall(util.json_decode, meta.familiar)
+    if not ok or type(v) ~= "table" or type(v.range) ~= "table" or type(v.histogram) ~= "table" then
+      check.fail(3, "%s: %s: damaged metadata: 'familiar' is not a summary of training images",
+                 fname, path)
+    end
+    summary = v
+  end
+  return meta.description, summary
 end
 
 -- an error (at level) unless the vocabularies mine and theirs (word lists) are the same

@@ -5,8 +5,10 @@
 -- looked (glimpse.plot.caption).  Methods of the Captioner (model.lua mixes them into the
 -- class).
 --
---   local words, tokens, alphas = cap:caption(image, {beam = 3})   -- "a bag above a coat"
---   cap:overlays(image, alphas, words, "/tmp/strip.png")
+--   local words = cap:caption(image, {beam = 3})                       -- "a bag above a coat"
+--   local words, info = cap:caption(image, {maps = true})   -- info.alphas, .tokens, .familiar
+--   local words, tokens, alphas = cap:caption_maps(image)              -- the three at once
+--   cap:overlays(info.image, info.alphas, words, "strip.png")
 local glimpse = require "glimpse"
 local search = require "glimpse.decode"
 local check = require "glimpse.check"
@@ -24,6 +26,10 @@ local CAPTION_OPTIONS = require("glimpse.options").declare("Captioner:caption", 
   {"temperature", "number", 1, range = {0}, help = "sampling temperature"},
   {"resize", "boolean", false, help = "resize an image of another size to the model's"},
   {"list", "boolean", false, help = "a batch of one still gives lists"},
+  {"maps", "boolean", false,
+   help = "also return info {tokens=, alphas=, image=, familiar=, reasons=}"},
+  {"warn", "boolean", true,
+   help = "a note on stderr when an image is unlike the model's training images"},
 })
 Captioner.caption_options = CAPTION_OPTIONS
 
@@ -125,45 +131,43 @@ function Captioner:_decode_step(fixed)
   end
 end
 
--- the images of cap:caption as one batch (B,C,H,W), and whether one image was given
+-- the images of cap:caption as one batch (B,C,H,W), whether one image was given, and per
+-- image {seen (C,H,W) in [0,1], colour} for the familiarity check (cap:_judge)
 function Captioner:_caption_batch(images, opts, fname)
-  -- a tensor is checked as given, a file once read (prepare converts a file's channels)
-  local function checked(im)
-    if type(im) == "string" then return self:_check_input(self:prepare(im), opts, fname, 4) end
-    return self:prepare(self:_check_input(im, opts, fname, 4))
+  local looks = {}
+  local function checked(im, i)
+    local seen, colour = self:_seen(im, opts, fname, 4)
+    looks[i] = {seen, colour}
+    return self:prepare(seen)
   end
   if type(images) == "table" and not glimpse.is_tensor(images) then
     if #images == 0 then check.fail(3, "%s: an empty list of images", fname) end
     local list = {}
-    for i, im in ipairs(images) do list[i] = checked(im) end
+    for i, im in ipairs(images) do list[i] = checked(im, i) end
     local ok, st = pcall(glimpse.stack, list, 1)
     if not ok then check.fail(3, "%s: the images differ in size: %s", fname, check.strip(st)) end
-    return st, false
+    return st, false, looks
   elseif glimpse.is_tensor(images) and images:dim() == 4 then
-    return self:_check_input(images, opts, fname, 3), images.shape[1] == 1 and opts.list ~= true
+    local batch = self:_check_input(images, opts, fname, 3)
+    local spec = self.config.image or {}
+    for b = 1, batch.shape[1] do        -- a batch comes prepared: undo the normalisation
+      local im = batch[b]
+      if spec.mean and spec.std then
+        local C = im.shape[1]
+        im = im * glimpse.tensor(spec.std):reshape(C, 1, 1) + glimpse.tensor(spec.mean):reshape(C, 1, 1)
+      end
+      looks[b] = {im}
+    end
+    return batch, images.shape[1] == 1 and opts.list ~= true, looks
   end
-  return checked(images):unsqueeze(1), true
+  return checked(images, 1):unsqueeze(1), true, looks
 end
 
---- cap:caption(image or images, {beam=3, max_len=config.max_len,
----             length_penalty=config.length_penalty, sample=false, temperature=1,
----             resize=false}) -> words, tokens, alphas
--- Images whose channels or size differ from cap:input_shape() are an error naming both
--- shapes; resize=true converts them (cap:check_input).
--- One image (a file name, (C,H,W) or (1,C,H,W)): words (the caption string), tokens (its
--- ids, <end> excluded), alphas (T,L) (row t: where word t looked; the <end> step left out).
--- A batch (B,C,H,W) or a list of images: lists of those, one per image (a batch of one
--- gives the single results unless opts.list is true).
--- beam=1 is greedy decoding; sample=true draws words instead (decode.sample).  Runs in
--- evaluation mode and records no graph.
-function Captioner:caption(images, opts)
-  local fname = "Captioner:caption"
-  CAPTION_OPTIONS:known(opts, 2)
-  opts = opts or {}
-  local batch, single = self:_caption_batch(images, opts, fname)
+-- the captions of a prepared batch (B,C,H,W): lists of words, tokens and alphas
+function Captioner:_captions(batch, opts, fname)
   local K = opts.beam or 3
-  check.int(fname, "opts.beam", K, 1, nil, 2)
-  local max_len = check.int(fname, "opts.max_len", opts.max_len or self.config.max_len, 1, nil, 2)
+  check.int(fname, "opts.beam", K, 1, nil, 3)
+  local max_len = check.int(fname, "opts.max_len", opts.max_len or self.config.max_len, 1, nil, 3)
   local was_training = self.training
   self:evaluate()
   local ok, res = pcall(function()
@@ -200,8 +204,82 @@ function Captioner:caption(images, opts)
   end)
   if was_training then self:train() end
   if not ok then error(res, 0) end
-  if single then return res[1][1], res[2][1], res[3][1] end
   return res[1], res[2], res[3]
+end
+
+--- cap:caption(image or images, {beam=3, max_len=config.max_len,
+---             length_penalty=config.length_penalty, sample=false, temperature=1,
+---             resize=false, maps=false, warn=true}) -> caption [, info]
+-- The caption (a string) of one image: a file name (read in the model's channel count),
+-- (C,H,W) or (1,C,H,W); for a batch (B,C,H,W) or a list of images, a list of captions (a
+-- batch of one gives the single caption unless opts.list is true).
+-- An image whose size (or a tensor whose channels) differs from cap:input_shape() is an
+-- error naming both shapes; resize=true converts it (cap:check_input).
+-- maps=true also returns info: tokens (the caption's ids, <end> excluded), alphas (T,L)
+-- (row t: where word t looked; the <end> step left out), image (the (C,H,W) picture as the
+-- model saw it, before normalisation: what cap:overlays draws on), familiar (false when the
+-- image is unlike the model's training images, cap:familiar; nil when the model carries no
+-- summary of them) and reasons (why not, a list of strings); for several images each field
+-- is a list.  An unfamiliar image also gets a note on stderr unless warn=false.
+-- cap:caption_maps returns words, tokens, alphas as cap:caption did before.
+-- beam=1 is greedy decoding; sample=true draws words instead (decode.sample).  Runs in
+-- evaluation mode and records no graph.
+function Captioner:caption(images, opts)
+  local fname = "Captioner:caption"
+  CAPTION_OPTIONS:known(opts, 2)
+  opts = opts or {}
+  local batch, single, looks = self:_caption_batch(images, opts, fname)
+  local words, toks, alphas = self:_captions(batch, opts, fname)
+  local fam, reasons, seen = {}, {}, {}
+  local known = self.familiar_summary ~= nil
+  for b = 1, #words do
+    seen[b] = looks[b][1]
+    if known then
+      fam[b], reasons[b] = self:_judge(looks[b][1], looks[b][2])
+      if not fam[b] and opts.warn ~= false then
+        io.stderr:write("Captioner:caption: note: ", self:unfamiliar_note(reasons[b],
+                        #words > 1 and ("image " .. b) or nil), "\n")
+        io.stderr:flush()
+      end
+    end
+  end
+  if single then
+    if not opts.maps then return words[1] end
+    return words[1], {tokens = toks[1], alphas = alphas[1], image = seen[1],
+                      familiar = fam[1], reasons = reasons[1] or {}}
+  end
+  if not opts.maps then return words end
+  return words, {tokens = toks, alphas = alphas, image = seen, familiar = known and fam or nil,
+                 reasons = reasons}
+end
+
+--- cap:caption_maps(image or images, opts) -> words, tokens, alphas: what cap:caption
+--- returned before it returned the caption alone (the options are cap:caption's; no
+--- familiarity check).  One image: the caption string, its token ids, alphas (T,L); several:
+--- lists of those.
+function Captioner:caption_maps(images, opts)
+  local fname = "Captioner:caption_maps"
+  CAPTION_OPTIONS:known(opts, 2)
+  opts = opts or {}
+  local batch, single = self:_caption_batch(images, opts, fname)
+  local words, toks, alphas = self:_captions(batch, opts, fname)
+  if single then return words[1], toks[1], alphas[1] end
+  return words, toks, alphas
+end
+
+--- cap:unfamiliar_note(reasons [, subject="the image"]) -> the sentence that says an image
+--- is unlike the model's training images, why (reasons: cap:familiar's), and what the model
+--- knows (the first line of cap.description)
+function Captioner:unfamiliar_note(reasons, subject)
+  local C, H, W = self:input_shape()
+  local what = self.description and self.description:match("^[^\n]+") or
+               string.format("%s-channel %sx%s images", tostring(C), tostring(H or "?"),
+                             tostring(W or "?"))
+  local shown = table.move(reasons or {}, 1, 3, 1, {})
+  if #(reasons or {}) > 3 then shown[4] = string.format("%d more", #reasons - 3) end
+  return string.format("%s is unlike the images this model was trained on (%s); it knows " ..
+                       "only %s, so its caption says little about it", subject or "the image",
+                       table.concat(shown, "; "), what)
 end
 
 --- cap:overlays(image, alphas (T,L), words, path, {scale=2, alpha=0.6, colormap="jet",

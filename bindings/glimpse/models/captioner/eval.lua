@@ -1,11 +1,14 @@
 --- glimpse.models.caption_eval -- what a captioning experiment measures on a held-out set
 -- of a caption source (glimpse.data.caption_sources): captions (beam or greedy), BLEU-1..4,
--- the teacher-forced loss, the attention inside the named item's box, two baselines that
+-- CIDEr-D and ROUGE-L against every reference (on scenes: every phrasing of the scene), what
+-- the captions say about the scene (glimpse.data.scene_text.semantics), the teacher-forced
+-- loss, the attention inside the named item's box, two baselines that
 -- never look at the image, and the overlay strips.
 --
 --   local ce = glimpse.models.caption_eval
 --   local words, alphas = ce.captions(cap, src.test, 3)            -- beam 3
 --   local bleu = ce.bleu(src.test, words)                          -- {b1, b2, b3, b4}
+--   local s = ce.scores(src.test, words)       -- {bleu=, cider=, rouge_l=, semantics=}
 --   local box = ce.in_box_generated(cap, src.test, words, alphas)  -- {inside=, chance=, ...}
 --
 -- The captioner runs in evaluation mode without a tape; its training mode is restored.
@@ -17,6 +20,11 @@ local encoders = require "glimpse.models.encoders"
 local Rng = glimpse.data.Rng
 
 local M = {}
+
+-- the measures of the captions' text (BLEU, CIDEr-D, ROUGE-L, meaning, baselines, items):
+-- captioner/eval_text.lua, part of this module
+for k, v in pairs(require "glimpse.models.captioner.eval_text") do M[k] = v end
+local pct = M.pct
 
 local EVAL_BATCH = 100
 local RECALIBRATE_BATCHES = 50
@@ -175,18 +183,10 @@ end
 function M.captions(cap, set, beam)
   local words, alphas = {}, {}
   each_batch(cap, set, function(b, idx)
-    local w, _, al = cap:caption(b.images, {beam = beam, list = true})
+    local w, _, al = cap:caption_maps(b.images, {beam = beam, list = true})
     for k, i in ipairs(idx) do words[i], alphas[i] = w[k], al[k] end
   end)
   return words, alphas
-end
-
---- caption_eval.bleu(set, words) -> {BLEU-1, 2, 3, 4} of the captions against set.refs
-function M.bleu(set, words)
-  local refs = {}
-  for i = 1, set.n do refs[i] = set.refs(i) end
-  local b = metrics.bleu(words, refs)
-  return {b[1], b[2], b[3], b[4]}
 end
 
 M.LENGTH_PENALTIES = {0, 0.5, 1, 1.5, 2, 3}
@@ -342,99 +342,17 @@ function M.box_line(what, acc)
                        100 * acc.inside, 100 * acc.chance, acc.n, table.concat(parts, ", "))
 end
 
---- caption_eval.baselines(source, set, seed) -> {bag_of_words = bleu, random_caption = bleu,
--- bag_caption = text}: the BLEU of two captioners that never look at the image: the most
--- frequent words, each as often as it appears in an average caption; and a random
--- training caption per image.
-function M.baselines(source, set, seed)
-  local counts, total_len, n = {}, 0, 0
-  local train_caps = source.train_captions()
-  for _, c in ipairs(train_caps) do
-    for w in c:gmatch("%S+") do counts[w] = (counts[w] or 0) + 1 end
-    total_len, n = total_len + select(2, c:gsub("%S+", "")), n + 1
-  end
-  local order = {}
-  for w in pairs(counts) do order[#order + 1] = w end
-  table.sort(order, function(a, b)
-    if counts[a] ~= counts[b] then return counts[a] > counts[b] end
-    return a < b
-  end)
-  local len = math.floor(total_len / math.max(n, 1) + 0.5)
-  local bag = {}
-  for _, w in ipairs(order) do
-    local k = math.max(1, math.floor(counts[w] / n + 0.5))
-    for _ = 1, k do if #bag < len then bag[#bag + 1] = w end end
-  end
-  local bag_caption = table.concat(bag, " ")
-  local rng = Rng.new(seed or 1, "caption.baseline")
-  local bag_words, random_words = {}, {}
-  for i = 1, set.n do
-    bag_words[i] = bag_caption
-    random_words[i] = train_caps[rng:int(1, #train_caps)]
-  end
-  return {bag_of_words = M.bleu(set, bag_words), random_caption = M.bleu(set, random_words),
-          bag_caption = bag_caption}
-end
-
---- caption_eval.items(set, words) -> {count=, by_items = {[k] = {right=, n=}}, precision=}
--- How the captions count and name the items of generated scenes (sets with set.scene; nil
--- for others).  Their grammar (datasets/scene_text.lua) introduces every item once with
--- "a", so a caption names as many items as it has "a"s.  count: the share of captions that
--- name as many items as the scene holds (by_items[k]: among the scenes of k items);
--- precision: the share of the item words in the captions (the words that carry a box in
--- the scenes' own captions) that the scene's caption has too, each at most as often.
-function M.items(set, words)
-  if not set.scene then return nil end
-  local item_word = {}
-  for i = 1, set.n do
-    local s = set.scene(i)
-    for k = 1, #s.tokens do if s.boxes[k] then item_word[s.tokens[k]] = true end end
-  end
-  local r = {by_items = {}}
-  local right, named, hits = 0, 0, 0
-  for i = 1, set.n do
-    local s = set.scene(i)
-    local want = {}
-    for k = 1, #s.tokens do
-      if s.boxes[k] then want[s.tokens[k]] = (want[s.tokens[k]] or 0) + 1 end
-    end
-    local articles = 0
-    for w in words[i]:gmatch("%S+") do
-      if w == "a" then articles = articles + 1 end
-      if item_word[w] then
-        named = named + 1
-        if (want[w] or 0) > 0 then hits, want[w] = hits + 1, want[w] - 1 end
-      end
-    end
-    local k = #s.items
-    local row = r.by_items[k] or {right = 0, n = 0}
-    row.n = row.n + 1
-    if articles == k then row.right, right = row.right + 1, right + 1 end
-    r.by_items[k] = row
-  end
-  r.count, r.precision = right / math.max(set.n, 1), hits / math.max(named, 1)
-  return r
-end
-
---- caption_eval.items_line(r) -> one line of text for caption_eval.items' result
-function M.items_line(r)
-  local parts, ks = {}, {}
-  for k in pairs(r.by_items) do ks[#ks + 1] = k end
-  table.sort(ks)
-  for _, k in ipairs(ks) do
-    parts[#parts + 1] = string.format("%d: %d/%d", k, r.by_items[k].right, r.by_items[k].n)
-  end
-  return string.format("  items: the right number in %.1f%% of the captions (scenes of %s " ..
-                       "items); %.1f%% of the item words named are in the scene", 100 * r.count,
-                       table.concat(parts, ", "), 100 * r.precision)
-end
-
-local function pct(b)
-  return string.format("%.1f / %.1f / %.1f / %.1f", 100 * b[1], 100 * b[2], 100 * b[3], 100 * b[4])
+-- the references of image i as text: all of them, or for scenes the caption and how many
+-- other phrasings there are
+local function refs_text(set, i, sep)
+  local refs = set.refs(i)
+  if not set.scene or #refs == 1 then return table.concat(refs, sep) end
+  return string.format("%s (and %d other phrasings)", refs[1], #refs - 1)
 end
 
 --- caption_eval.test(cap, source, {beam=3, seed=1}) -> r: every measure of the test set:
--- r.words, r.alphas (the beam captions and their maps), r.bleu, r.bleu_greedy, r.loss,
+-- r.words, r.alphas (the beam captions and their maps), r.words_greedy, r.scores and
+-- r.scores_greedy (caption_eval.scores of each), r.bleu, r.bleu_greedy, r.loss,
 -- r.baselines (caption_eval.baselines), r.in_box and r.in_box_teacher_forced (sets with
 -- boxes), r.items (generated scenes: caption_eval.items), r.lines (the summary as text
 -- lines) and r.samples (one line per image: index, caption, references).
@@ -443,35 +361,46 @@ function M.test(cap, source, opts)
   local set, beam = source.test, opts.beam or 3
   local r = {}
   r.words, r.alphas = M.captions(cap, set, beam)
-  r.bleu, r.bleu_greedy = M.bleu(set, r.words), M.bleu(set, (M.captions(cap, set, 1)))
+  r.words_greedy = beam == 1 and r.words or (M.captions(cap, set, 1))
+  r.scores, r.scores_greedy = M.scores(set, r.words), M.scores(set, r.words_greedy)
+  r.bleu, r.bleu_greedy = r.scores.bleu, r.scores_greedy.bleu
   r.loss, r.baselines = M.loss(cap, set), M.baselines(source, set, opts.seed)
   local base = r.baselines
-  r.lines = {string.format("test (%d images): BLEU-1..4 %s with beam %d (greedy %s); test " ..
-                           "loss %.3f", set.n, pct(r.bleu), beam, pct(r.bleu_greedy), r.loss),
+  r.lines = {string.format("test (%d images, %.1f references each): %s; test loss %.3f", set.n,
+                           r.scores.references, M.scores_line("beam " .. beam, r.scores), r.loss),
+             M.scores_line("  greedy", r.scores_greedy),
              string.format("  baselines without the image: bag of words %s (\"%s\"), random " ..
                            "training caption %s", pct(base.bag_of_words), base.bag_caption,
                            pct(base.random_caption))}
   if set.has_boxes then
     r.in_box = M.in_box_generated(cap, set, r.words, r.alphas)
     r.in_box_teacher_forced = M.in_box_teacher_forced(cap, set)
-    r.lines[3] = M.box_line("generated captions", r.in_box)
-    r.lines[4] = M.box_line("teacher forcing", r.in_box_teacher_forced)
+    r.lines[#r.lines + 1] = M.box_line("generated captions", r.in_box)
+    r.lines[#r.lines + 1] = M.box_line("teacher forcing", r.in_box_teacher_forced)
   end
-  r.items = M.items(set, r.words)
-  if r.items then r.lines[#r.lines + 1] = M.items_line(r.items) end
+  r.items = M.items(set, r.words)           -- in metrics.json; the meaning lines say more
+  if r.scores.semantics then
+    r.lines[#r.lines + 1] = M.semantics_line("beam " .. beam, r.scores.semantics)
+    r.lines[#r.lines + 1] = M.semantics_line("greedy", r.scores_greedy.semantics)
+  end
   r.samples = {}
   for i = 1, set.n do
-    r.samples[i] = string.format("%d\t%s\t| %s", i, r.words[i], table.concat(set.refs(i), " | "))
+    r.samples[i] = string.format("%d\t%s\t| %s", i, r.words[i], refs_text(set, i, " | "))
   end
   return r
 end
 
 --- caption_eval.metrics(r, history, extra) -> the entries of metrics.json: caption_eval.test's
---- result r (test_bleu, test_bleu_greedy, test_loss, baseline_bleu, attention_in_box,
---- attention_in_box_teacher_forced, items), a Trainer's history (steps, train_seconds,
---- history: its evaluations) and extra's entries
+--- result r (test_bleu, test_bleu_greedy, test_cider, test_cider_greedy, test_rouge_l,
+--- test_rouge_l_greedy, test_semantics, test_semantics_greedy, test_references, test_loss,
+--- baseline_bleu, attention_in_box, attention_in_box_teacher_forced, items), a Trainer's
+--- history (steps, train_seconds, history: its evaluations) and extra's entries
 function M.metrics(r, history, extra)
+  local s, g = r.scores or {}, r.scores_greedy or {}
   local m = {test_bleu = r.bleu, test_bleu_greedy = r.bleu_greedy, test_loss = r.loss,
+             test_cider = s.cider, test_cider_greedy = g.cider, test_rouge_l = s.rouge_l,
+             test_rouge_l_greedy = g.rouge_l, test_semantics = s.semantics,
+             test_semantics_greedy = g.semantics, test_references = s.references,
              baseline_bleu = {bag_of_words = r.baselines.bag_of_words,
                               random_caption = r.baselines.random_caption},
              attention_in_box = r.in_box, attention_in_box_teacher_forced = r.in_box_teacher_forced,
@@ -492,6 +421,7 @@ function M.overlays(cap, set, words, alphas, dir, n)
     for w in words[i]:gmatch("%S+") do list[#list + 1] = w end
     cap:overlays(set.display(i), alphas[i], list, dir .. "/" .. png, {ncol = STRIP_COLUMNS})
     rows[i] = {i = i, png = png, words = words[i], refs = set.refs(i),
+               refs_text = refs_text(set, i, " / "),
                bleu = metrics.bleu({words[i]}, {set.refs(i)})}
   end
   return rows
@@ -517,7 +447,7 @@ function M.page(page, cap, set, r, dir, opts)
   page:paragraph("Each strip: the image, then where the model looked for each word it generated.")
   for _, o in ipairs(M.overlays(cap, set, r.words, r.alphas, dir, opts.overlays or 8)) do
     page:image(o.png, {caption = string.format("%d. %s | reference: %s (BLEU-1 %.0f, " ..
-                       "BLEU-4 %.0f)", o.i, o.words, table.concat(o.refs, " / "),
+                       "BLEU-4 %.0f)", o.i, o.words, o.refs_text,
                        100 * o.bleu[1], 100 * o.bleu[4])})
   end
   return page

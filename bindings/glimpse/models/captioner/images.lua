@@ -1,8 +1,14 @@
 --- glimpse.models.captioner.images -- what the Captioner takes as an image: the channels and
 -- size it was trained on (cap:input_shape), a check that names both shapes or converts
--- (cap:check_input), and the file-or-tensor preparation before the encoder (cap:prepare:
+-- (cap:check_input), the picture as the model sees it (cap:seen: a file read in the model's
+-- channels, the size checked), and the preparation before the encoder (cap:prepare:
 -- channels, size and normalisation from config.image).  Methods of the Captioner (model.lua
 -- mixes them into the class).
+--
+-- One rule for the size, the same in cap:caption, the REPL and `glimpse caption`: an image
+-- whose size differs from the model's (config.image, else the size it was trained on) is an
+-- error naming both unless resize is asked; so is a tensor with other channels.  A file is
+-- read in the model's channel count (a colour file becomes grey for a grey model).
 local glimpse = require "glimpse"
 local check = require "glimpse.check"
 
@@ -20,7 +26,7 @@ end
 --- cap:check_input(images (C,H,W), (H,W) or (B,C,H,W), {resize=false}) -> images
 -- The images unchanged when their channels and size are cap:input_shape()'s; with
 -- resize=true converted to them (grey <-> RGB, RGBA -> RGB, bilinear resize); else an error
--- naming both shapes.  A model with config.image size resizes by itself (cap:prepare).
+-- naming both shapes.
 function Captioner:check_input(x, opts)
   return self:_check_input(x, opts, "Captioner:check_input", 2)
 end
@@ -46,8 +52,6 @@ function Captioner:_check_input(x, opts, fname, level)
                fname, check.shape(x))
   end
   local C, H, W = self:input_shape()
-  local spec = self.config.image or {}
-  if spec.height then H, W = nil, nil end   -- prepare resizes to the configured size
   local batched = x:dim() == 4
   local im = x:dim() == 2 and x:unsqueeze(1) or x
   local d = batched and 1 or 0
@@ -73,6 +77,83 @@ function Captioner:_check_input(x, opts, fname, level)
   local list = {}
   for b = 1, im.shape[1] do list[b] = convert(im[b]) end
   return glimpse.stack(list, 1)
+end
+
+--- cap:seen(image, {resize=false}) -> (C,H,W) in [0,1], colour: the picture as the model
+--- sees it, before normalisation.  image: a file name (read in the model's channel count) or
+--- a (C,H,W) / (H,W) tensor; its size (and a tensor's channels) must be the model's unless
+--- resize = true (cap:check_input).  colour: the colour spread of the picture as given
+--- (glimpse.captioner.familiar.colour; 0 for grey), before it was made grey.
+function Captioner:seen(img, opts)
+  return self:_seen(img, opts, "Captioner:seen", 2)
+end
+
+function Captioner:_seen(img, opts, fname, level)
+  local familiar = require "glimpse.models.captioner.familiar"
+  local C = self:input_shape()
+  local name
+  if type(img) == "string" then
+    name = img
+    local ok, t = pcall(glimpse.image.load, img)
+    if not ok then check.fail(level + 1, "%s: %s", fname, check.strip(t)) end
+    img = t
+    local colour = familiar.colour(img)
+    if img.shape[1] ~= C then       -- read again in the model's channels (as image.load does)
+      local okc, t2 = pcall(glimpse.image.load, name, {channels = C})
+      if not okc then check.fail(level + 1, "%s: %s", fname, check.strip(t2)) end
+      img = t2
+    end
+    local ok2, out = pcall(self._check_input, self, img, opts, fname, 1)
+    if not ok2 then
+      local msg = check.strip(out)
+      if msg:sub(1, #fname + 2) == fname .. ": " then msg = msg:sub(#fname + 3) end
+      check.fail(level + 1, "%s: %s: %s", fname, name, msg)
+    end
+    return out, colour
+  end
+  if glimpse.is_tensor(img) and img:dim() == 2 then img = img:unsqueeze(1) end
+  if not glimpse.is_tensor(img) or img:dim() ~= 3 then
+    check.fail(level + 1, "%s: an image must be a file name or a (C,H,W) tensor, got %s",
+               fname, check.shape(img))
+  end
+  local colour = familiar.colour(img)
+  return self:_check_input(img, opts, fname, level + 1), colour
+end
+
+--- cap:familiar(image, {resize=false}) -> familiar, reasons: whether the image (a file name
+--- or a tensor, as cap:seen takes it) is like the model's training images, by the statistics
+--- of glimpse.captioner.familiar against the summary of them the checkpoint keeps
+--- (cap.familiar_summary); reasons: the statistics out of their training range.  nil, {}
+--- when the model keeps no summary.
+function Captioner:familiar(img, opts)
+  local seen, colour = self:_seen(img, opts, "Captioner:familiar", 2)
+  return self:_judge(seen, colour)
+end
+
+function Captioner:_judge(seen, colour)
+  if not self.familiar_summary then return nil, {} end
+  local familiar = require "glimpse.models.captioner.familiar"
+  return familiar.judge(self.familiar_summary, familiar.stats(seen, colour))
+end
+
+--- cap:about() -> text: what the model knows (its checkpoint's description of the training
+--- images and captions, cap.description), its input shape and its vocabulary
+function Captioner:about()
+  local C, H, W = self:input_shape()
+  local words = {}
+  for i, w in ipairs(self.vocab:totable()) do
+    if i > 4 then words[#words + 1] = w end       -- after <pad> <start> <end> <unk>
+  end
+  local lines = {self.description or "(the checkpoint does not say what it was trained on)",
+                 string.format("input: %s channel%s, %sx%s pixels; vocabulary: %d words%s",
+                               tostring(C), C == 1 and "" or "s", tostring(H or "any"),
+                               tostring(W or "any"), #words, self.description and "" or
+                               ": " .. table.concat(words, " ")),
+                 self.familiar_summary and string.format("unfamiliar images are flagged " ..
+                   "against statistics of %d training images (cap:familiar)",
+                   self.familiar_summary.n) or "no summary of the training images: no " ..
+                   "familiarity check"}
+  return table.concat(lines, "\n")
 end
 
 --- cap:prepare(image) -> (C,H,W) ready for the encoder.  image: a file name (read with
