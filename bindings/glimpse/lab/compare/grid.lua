@@ -198,9 +198,10 @@ end
 ---   transformer[-POSITIONS][+VARIANT...]   the Transformer; POSITIONS: sinusoidal (the
 ---       default: "transformer"), learned, rope, alibi, t5 or nope (no positions); VARIANT,
 ---       each kind at most once, in any order: mqa (one key/value head), gqa (heads/2 of
----       them: settings.heads, default 4) or gqaN (N), windowN (each query sees the N
----       positions before it and itself... the model's sliding window of N), topkN (each
----       query keeps its N best keys), linear (linear attention, Katharopoulos et al.)
+---       them: settings.heads, default 4) or gqaN (N), windowN (a sliding window:
+---       self-attention sees the keys with |i - j| < N), topkN (each self-attention row
+---       keeps its N best scores), linear (linear attention, Katharopoulos et al.); the
+---       positions rope, alibi, t5 and the variants act in the self-attentions
 ---       e.g. transformer-rope+gqa, transformer-alibi+window8, transformer-nope+linear
 --- transformer: the models.Transformer options the name sets (positions, kv_heads, window,
 --- top_k, attention); positions: the same positions, as before
