@@ -1,21 +1,20 @@
 -- scripts/compare.lua -- attention mechanisms side by side in one command: every mechanism
 -- (score/mode, supervised attention, the RNNenc and Transformer baselines) on every task of
 -- datasets/compare_tasks.lua (trained on lengths 5-20, tested up to 50), or on tasks of
--- one's own (--task-file FILE, several allowed: docs/api/compare.md#your-own-task), with
--- several seeds, each configuration on a step budget with a fixed seed in its own worker
--- process, so the same command gives the same table on any machine.  Writes
--- DIR/results.json, results.md and index.html (tables, charts, alignment heatmaps).
--- Re-running resumes (finished configurations are kept in DIR/runs/); one compare at a time
--- writes DIR (a lock); Ctrl-C stops the workers, records their runs as interrupted and writes
--- what finished.  Exit status: 0 when every configuration finished, 1 when any failed, 130
--- after a Ctrl-C.  --seed S: seeds S..S+N-1 (--seeds N); --threads: each worker's threads;
--- --time-limit: each configuration's time guard (a run it stops counts as failed).
+-- one's own (--task-file FILE: docs/api/compare.md#your-own-task), with several seeds, each
+-- configuration on a step budget with a fixed seed in its own worker process, so the same
+-- command gives the same table on any machine.  Writes DIR/results.json, results.md and
+-- index.html.  Re-running resumes (DIR/runs/ keeps finished configurations); one compare at a
+-- time writes DIR (a lock); Ctrl-C stops the workers, records their runs as interrupted and
+-- writes what finished.  Exit status: 0 when every configuration finished, 1 when any failed,
+-- 130 after a Ctrl-C.  --seed S: seeds S..S+N-1 (--seeds N); --threads: each worker's
+-- threads; --time-limit: each configuration's time guard (a run it stops counts as failed).
 --
 --   glimpse scripts/compare.lua --quick --out out/compare-quick       (about 2 minutes)
 --   glimpse scripts/compare.lua --out out/compare                      (the default grid)
 --   glimpse scripts/compare.lua --task-file my_task.lua --quick \
 --                               --mechanisms dot/soft,general/soft,additive/soft,mine/soft
---   glimpse scripts/compare.lua --mechanisms additive/monotonic,rnnenc --tasks translit,chain
+--   glimpse scripts/compare.lua --grid length --out out/compare-length    (Transformer positions)
 -- The library under it is glimpse.compare (docs/api/compare.md).
 local glimpse = require "glimpse"
 local experiment, compare, util = glimpse.experiment, glimpse.compare, glimpse.util
@@ -32,8 +31,8 @@ local parser = experiment.parser("compare", "Compare attention mechanisms on tas
   quick = {steps = 600, seeds = 1, train_n = 3000, valid_n = 100, test_n = 50,
            test_lengths = "10,30,40,50", eval_every = 100}})
 experiment.add_flags(parser, compare.grid_options, GRID, {
-  mechanisms = {help = "comma list of score/mode[+sup], rnnenc, transformer, " ..
-                       "transformer-learned (default: the standard grid)"},
+  mechanisms = {help = "comma list of score/mode[+sup], rnnenc, transformer[-positions]" ..
+                       "[+variant...] (default: the standard grid)"},
   scores = {help = "comma list of scores (with --modes: every pair): " ..
                    table.concat(glimpse.attention.SCORES, ",")},
   modes = {default = "soft", help = "comma list of modes: " ..
@@ -53,7 +52,9 @@ parser:option("--task-file", "a Lua file defining tasks (and scores) of one's ow
               "several allowed"):count("*")
 parser:flag("--report-only", "run nothing: write the outputs from the configurations " ..
             "finished so far in --out")
+parser:option("--grid", "a named grid's flags where none are given: length"):choices({"length"})
 local args = experiment.parse(parser)
+if args.grid then compare.apply_grid(args, args.grid) end
 if args.steps < 1 then parser:error("--steps must be at least 1") end
 
 -- everything is checked before anything is written: a bad list or an empty grid is refused
@@ -66,8 +67,7 @@ if not ok then parser:error(glimpse.check.strip(settings)) end
 
 local o = compare.grid_options:from_args(args, GRID)
 if not o.mechanisms and not o.scores then o.mechanisms = compare.MECHANISMS end
--- task files: --task-file (task_file in --config), and --config itself when its tasks list
--- holds task tables (the workers load them from it)
+-- task files: --task-file (task_file in --config), and --config when its tasks hold tables
 o.task_files = type(args.task_file) == "string" and {args.task_file} or args.task_file or {}
 for i, t in ipairs(type(o.tasks) == "table" and o.tasks or {}) do
   if type(t) == "table" then o.tasks[i], o.task_files[#o.task_files + 1] = t.name, args.config end

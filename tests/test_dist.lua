@@ -367,7 +367,7 @@ end
 -- compare sweeps over the ranks (scripts/compare.lua, glimpse.compare.run)
 
 local TIMING = {ms_per_step = true, cpu_ms_per_step = true, train_seconds = true,
-                wall_seconds = true, cpu_seconds = true}
+                wall_seconds = true, cpu_seconds = true, peak_rss_kb = true}  -- measurements
 
 local function without_timing(rows)
   local out = {}

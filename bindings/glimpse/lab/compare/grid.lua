@@ -10,6 +10,7 @@ local models = require "glimpse.models"
 local util = require "glimpse.util"
 local tasks = require("glimpse").data.compare
 local own = require "glimpse.lab.compare.tasks"
+local flags = require "glimpse.lab.flags"
 
 local G = {}
 
@@ -105,7 +106,8 @@ end
 
 G.GRID = options.declare("compare.grid", {
   {"mechanisms", "table|string", nil,
-   help = "names (a list or a comma list): score/mode[+sup], rnnenc, transformer(-learned)"},
+   help = "names (a list or a comma list): score/mode[+sup], rnnenc, " ..
+          "transformer[-positions][+variant...]"},
   {"scores", "table|string", {"additive"}, help = "without mechanisms: scores x modes"},
   {"modes", "table|string", {"soft"}, help = "without mechanisms: scores x modes"},
   {"baselines", "table|string", {}, help = "without mechanisms: names added to scores x modes"},
@@ -121,18 +123,106 @@ G.GRID = options.declare("compare.grid", {
 -- ---------------------------------------------------------------------------------------
 -- mechanisms and the grid
 
---- compare.parse_mechanism(name) -> {name=, kind="rnn"|"rnnenc"|"transformer", score=,
---- mode=, supervise=bool, positions=}; an error for a malformed name or an unknown part
-function G.parse_mechanism(name)
+--- The Transformer's mechanism names: transformer[-POSITIONS][+VARIANT...] (POSITIONS: a key
+--- of TRANSFORMER_POSITIONS, default sinusoidal; VARIANT: mqa, gqa, gqaN, windowN, topkN,
+--- linear, each kind at most once)
+G.TRANSFORMER_POSITIONS = {sinusoidal = "sinusoidal", learned = "learned", rope = "rope",
+                           alibi = "alibi", t5 = "t5", nope = "none"}
+local POSITION_NAMES = {"sinusoidal", "learned", "rope", "alibi", "t5", "nope"}
+G.TRANSFORMER_VARIANTS = {"mqa", "gqa", "gqaN", "windowN", "topkN", "linear"}
+local VARIANT_WORDS = {"mqa", "gqa", "window", "topk", "linear"}
+
+-- one +VARIANT of a transformer name -> the model option it sets and its value, its kind
+local function transformer_variant(v, name)
+  local word, n = v:match("^(%a+)(%d*)$")
+  local num = n ~= "" and math.tointeger(tonumber(n)) or nil
+  if word == "mqa" and n == "" then return "kv_heads", 1, "kv_heads" end
+  if word == "gqa" then
+    if n == "" then return "kv_heads", "half", "kv_heads" end
+    if num and num >= 1 then return "kv_heads", num, "kv_heads" end
+  end
+  if word == "window" and num and num >= 1 then return "window", num, "window" end
+  if word == "topk" and num and num >= 1 then return "top_k", num, "top_k" end
+  if word == "linear" and n == "" then return "attention", "linear", "attention" end
+  local known = false
+  for _, w in ipairs(VARIANT_WORDS) do known = known or w == word end
+  if known then
+    check.fail(4, "compare: variant '+%s' in '%s' needs %s", v, name,
+               (word == "mqa" or word == "linear") and "no number (+" .. word .. ")"
+               or "a positive number (+" .. word .. "4" .. (word == "gqa" and ", or +gqa" or "")
+                  .. ")")
+  end
+  check.fail(4, "compare: unknown Transformer variant '+%s' in '%s'%s (have %s)", v, name,
+             check.did_you_mean(word or v, VARIANT_WORDS),
+             table.concat(G.TRANSFORMER_VARIANTS, ", "))
+end
+
+-- a transformer[-POSITIONS][+VARIANT...] name -> its mechanism table (nil: not one)
+local function parse_transformer(name)
+  local head, rest = name:match("^(transformer[%w%-]*)(.*)$")
+  if not head then return nil end
+  local pos = head:match("^transformer%-(.*)$")
+  if head ~= "transformer" and not pos then return nil end   -- "transformers": not ours
+  local positions = "sinusoidal"
+  if pos then
+    positions = G.TRANSFORMER_POSITIONS[pos]
+    if not positions then
+      check.fail(3, "compare: unknown Transformer positions '%s' in '%s'%s (have %s)", pos, name,
+                 check.did_you_mean(pos, POSITION_NAMES), table.concat(POSITION_NAMES, ", "))
+    end
+  end
+  local m = {name = name, kind = "transformer", score = "scaled_dot", mode = "multi-head",
+             positions = positions, transformer = {positions = positions}}
+  if rest ~= "" and not rest:match("^%+[^+]") then
+    check.fail(3, "compare: mechanism '%s' is not transformer[-positions][+variant...]", name)
+  end
+  local seen = {}
+  for v in rest:gmatch("%+([^+]*)") do
+    if v == "" then
+      check.fail(3, "compare: mechanism '%s' has an empty +variant", name)
+    end
+    local key, value, kind = transformer_variant(v, name)
+    if seen[kind] then
+      check.fail(3, "compare: mechanism '%s' sets %s twice (+%s and +%s)", name, kind, seen[kind], v)
+    end
+    seen[kind], m.transformer[key] = v, value
+  end
+  return m
+end
+
+--- compare.parse_mechanism(name [, settings]) -> {name=, kind="rnn"|"rnnenc"|"transformer",
+--- score=, mode=, supervise=bool, positions=, transformer=}; an error (with a did-you-mean)
+--- for a malformed name or an unknown part.  The names:
+---   score/mode[+sup]        an RNN decoder with attention (att.SCORES, att.MODES), supervised
+---   rnnenc                  the RNN encoder-decoder without attention
+---   transformer[-POSITIONS][+VARIANT...]   the Transformer; POSITIONS: sinusoidal (the
+---       default: "transformer"), learned, rope, alibi, t5 or nope (no positions); VARIANT,
+---       each kind at most once, in any order: mqa (one key/value head), gqa (heads/2 of
+---       them: settings.heads, default 4) or gqaN (N), windowN (a sliding window:
+---       self-attention sees the keys with |i - j| < N), topkN (each self-attention row
+---       keeps its N best scores), linear (linear attention, Katharopoulos et al.); the
+---       positions rope, alibi, t5 and the variants act in the self-attentions
+---       e.g. transformer-rope+gqa, transformer-alibi+window8, transformer-nope+linear
+--- transformer: the models.Transformer options the name sets (positions, kv_heads, window,
+--- top_k, attention); positions: the same positions, as before
+function G.parse_mechanism(name, settings)
   if type(name) ~= "string" then check.fail(2, "compare.parse_mechanism: name must be a string") end
   if name == "rnnenc" then return {name = name, kind = "rnnenc", score = "none", mode = "none"} end
-  if name == "transformer" or name == "transformer-learned" then
-    return {name = name, kind = "transformer", score = "scaled_dot", mode = "multi-head",
-            positions = name == "transformer" and "sinusoidal" or "learned"}
+  local m = parse_transformer(name)
+  if m then
+    if m.transformer.kv_heads == "half" then
+      local heads = type(settings) == "table" and math.tointeger(settings.heads) or 4
+      m.transformer.kv_heads = math.max(1, heads // 2)
+    end
+    return m
   end
   local score, mode, sup = name:match("^([%w_]+)/([%w%-]+)(%+?s?u?p?)$")
   if not score or (sup ~= "" and sup ~= "+sup") then
-    check.fail(2, "compare: mechanism '%s' is not score/mode[+sup], rnnenc or transformer", name)
+    check.fail(2, "compare: mechanism '%s' is not score/mode[+sup], rnnenc or " ..
+               "transformer[-positions][+variant...]%s", name,
+               check.did_you_mean(name, {"rnnenc", "transformer", "transformer-learned",
+                                         "transformer-rope", "transformer-alibi",
+                                         "transformer-t5", "transformer-nope"}))
   end
   local function known(v, list, what)
     for _, x in ipairs(list) do if x == v then return end end
@@ -147,6 +237,13 @@ end
 -- why a mechanism cannot be built (nil when it can): the model's own argument checks on a
 -- tiny vocabulary
 local function invalid(mech, s)
+  if mech.kind == "transformer" then
+    local o = {src_vocab = {"a", "b"}, tgt_vocab = {"a", "b"}, d = s.d_model, heads = s.heads,
+               layers = 1, ff = 4, max_len = 8}
+    for k, v in pairs(mech.transformer) do o[k] = v end
+    local ok, err = pcall(models.Transformer, o)
+    return not ok and check.strip(err) or nil
+  end
   if mech.kind ~= "rnn" then return nil end
   local ok, err = pcall(models.Seq2Seq, {src_vocab = {"a", "b"}, tgt_vocab = {"a", "b"},
                                          score = mech.score, mode = mech.mode, hidden = 4,
@@ -220,7 +317,9 @@ end
 ---   {list}, settings=} -> configs, skipped.  The options are compare.grid_options.
 -- configs: one table per (task, mechanism, seed) in that order, with id
 -- (task.mechanism.s<seed>.<hash of the settings and the task files' digests>), task,
--- mechanism, kind, score, mode, supervise, positions, seed, settings, train_lengths and,
+-- mechanism, kind, score, mode, supervise, positions, transformer (the model options of a
+-- transformer name: positions, kv_heads, window, top_k, attention), seed, settings,
+-- train_lengths and,
 -- with task files, task_files ({path=, digest=} each: every worker loads them before it
 -- runs).  tasks: names, or task files (*.lua) standing for the tasks they define; without
 -- tasks, the task files' tasks (or data.compare.TASKS when they define none).  A task of
@@ -278,7 +377,7 @@ function G.grid(user)
   for _, n in ipairs(names) do
     if not seen[n] then
       seen[n] = true
-      local m = G.parse_mechanism(n)
+      local m = G.parse_mechanism(n, s)
       if m.kind == "rnn" and att.is_registered_score(m.score) and not own.score_file(m.score) then
         check.fail(2, "compare.grid: the score '%s' was registered in this process, not by a " ..
                    "task file: the worker processes would not know it; register it in a task " ..
@@ -303,7 +402,8 @@ function G.grid(user)
           configs[#configs + 1] = {
             id = string.format("%s.%s.s%d.%s", t, m.name:gsub("[/+]", "-"), seed, hash),
             task = t, mechanism = m.name, kind = m.kind, score = m.score, mode = m.mode,
-            supervise = m.supervise or false, positions = m.positions, seed = seed,
+            supervise = m.supervise or false, positions = m.positions,
+            transformer = m.transformer, seed = seed,
             settings = ts, train_lengths = {task.train_lengths[1], task.train_lengths[2]},
             task_files = #files > 0 and files or nil}
         end
@@ -311,6 +411,81 @@ function G.grid(user)
     end
   end
   return configs, skipped
+end
+
+-- ---------------------------------------------------------------------------------------
+-- named grids (scripts/compare.lua --grid NAME)
+
+--- compare.GRIDS: named grids, each {help=, mechanisms=, tasks=, seeds=, settings=} (settings:
+--- the entries that differ from compare.DEFAULTS).  "length": the length extrapolation grid
+--- (docs/experiments/compare.md#length-extrapolation): the Transformer with each position
+--- scheme and each attention variant (on sinusoidal positions) beside the two best RNN
+--- attention mechanisms of the default run, trained on lengths 5-20 and tested up to 100 on
+--- reversal and dates (the two tasks whose Transformer rows fall past the training
+--- lengths; both make sources of any length), 2 seeds, 800 steps, 50 test examples a length.
+G.GRIDS = {
+  length = {
+    help = "length extrapolation: Transformer position schemes and variants, tested up to 100",
+    mechanisms = {"transformer", "transformer-learned", "transformer-rope", "transformer-alibi",
+                  "transformer-t5", "transformer-nope", "transformer+gqa", "transformer+mqa",
+                  "transformer+window8", "transformer+topk4", "transformer+linear",
+                  "conv/soft", "general/soft"},
+    tasks = {"reversal", "dates"},
+    seeds = 2,
+    settings = {steps = 800, eval_every = 100, test_n = 50,
+                test_lengths = {10, 20, 40, 60, 80, 100}},
+  },
+}
+
+local function copy(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = copy(x) end
+  return out
+end
+
+--- compare.named_grid(name) -> the options of compare.grid for compare.GRIDS[name] (a copy,
+--- its settings filled in by compare.settings): {mechanisms=, tasks=, seeds=, settings=};
+--- an unknown name is an error with a did-you-mean
+function G.named_grid(name)
+  local names = {}
+  for k in pairs(G.GRIDS) do names[#names + 1] = k end
+  table.sort(names)
+  if type(name) ~= "string" or not G.GRIDS[name] then
+    check.fail(2, "compare.named_grid: unknown grid %s%s (have %s)", check.value(name),
+               type(name) == "string" and check.did_you_mean(name, names) or "",
+               table.concat(names, ", "))
+  end
+  local g = copy(G.GRIDS[name])
+  g.settings, g.help = G.settings(g.settings or {}), nil
+  return g
+end
+
+--- compare.grid_flags(name) -> the flag values of named grid `name` for scripts/compare.lua
+--- (mechanisms, tasks and test_lengths as comma lists; seeds, steps, eval_every, test_n...):
+--- those that differ from the script's defaults
+function G.grid_flags(name)
+  local ok, g = pcall(G.named_grid, name)
+  if not ok then error(g, 2) end
+  local f = {mechanisms = table.concat(g.mechanisms, ","), tasks = table.concat(g.tasks, ","),
+             seeds = g.seeds}
+  for k, v in pairs(G.GRIDS[name].settings or {}) do
+    f[k] = type(v) == "table" and table.concat(v, ",") or v
+  end
+  return f
+end
+
+--- compare.apply_grid(args, name) -> args: scripts/compare.lua's parsed flags with named grid
+--- `name`'s values (grid_flags) in place of every flag the user did not set (on the command
+--- line or in --config: those win; --quick's values and the defaults do not)
+function G.apply_grid(args, name)
+  local ok, f = pcall(G.grid_flags, name)
+  if not ok then error(f, 2) end
+  local chosen = flags.chosen(args)
+  for k, v in pairs(f) do
+    if not chosen[k] then args[k] = v end
+  end
+  return args
 end
 
 --- compare.shard(configs, rank, size) -> the configurations of process `rank` (0-based) out

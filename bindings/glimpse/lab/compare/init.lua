@@ -41,6 +41,10 @@ M.settings_key, M.settings_hash = grid.settings_key, grid.settings_hash
 M.validate, M.inspect, M.same_config = records.validate, records.inspect, records.same_config
 M.parse_mechanism, M.grid, M.grid_options, M.shard = grid.parse_mechanism, grid.grid, grid.GRID,
                                                      grid.shard
+M.GRIDS, M.named_grid, M.grid_flags, M.apply_grid = grid.GRIDS, grid.named_grid,
+                                                    grid.grid_flags, grid.apply_grid
+M.TRANSFORMER_POSITIONS, M.TRANSFORMER_VARIANTS = grid.TRANSFORMER_POSITIONS,
+                                                  grid.TRANSFORMER_VARIANTS
 M.run_config = measure.run_config
 M.pending, M.work, M.cores = scheduler.pending, scheduler.work, scheduler.cores
 M.is_interrupt = scheduler.is_interrupt

@@ -14,13 +14,17 @@ local R = {}
 
 local function build_model(c, train_set)
   local s = c.settings
-  if c.kind == "transformer" then
-    return models.Transformer{dataset = train_set, d = s.d_model, heads = s.heads,
-                              layers = s.layers, ff = s.ff, positions = c.positions,
-                              max_len = 2 * math.max(s.test_lengths[#s.test_lengths], 20) + 8}
-  end
   local maxlen = 0
   for _, L in ipairs(s.test_lengths) do maxlen = math.max(maxlen, L) end
+  if c.kind == "transformer" then
+    -- the name's model options (positions, kv_heads, window, top_k, attention: grid's
+    -- parse_mechanism); a configuration from before them has positions alone
+    local o = {dataset = train_set, d = s.d_model, heads = s.heads, layers = s.layers, ff = s.ff,
+               positions = c.positions,
+               max_len = 2 * math.max(s.test_lengths[#s.test_lengths], 20) + 8}
+    for k, v in pairs(type(c.transformer) == "table" and c.transformer or {}) do o[k] = v end
+    return models.Transformer(o)
+  end
   return models.Seq2Seq{dataset = train_set, emb = s.emb, hidden = s.hidden,
                         attn_hidden = s.attn_hidden, score = c.kind == "rnn" and c.score or nil,
                         mode = c.kind == "rnn" and c.mode or nil, window = s.window,
@@ -103,7 +107,8 @@ end
 --- validation set), steps_to_90 / steps_to_99, alignment_accuracy, attention_entropy,
 --- centre_error (local-p), ms_per_step (wall clock) and cpu_ms_per_step (CPU time: what a
 --- loaded machine does not change), params, train_seconds, wall_seconds, cpu_seconds (the
---- process's CPU time for the configuration), heatmap (first seed).  A field without a value
+--- process's CPU time for the configuration), peak_rss_kb (the process's peak resident
+--- memory, training and tests: a worker runs one configuration), heatmap (first seed).  A field without a value
 --- (steps_to_90 never reached, alignment_accuracy of a task without alignments...) is nil
 --- here and null in runs/<id>.json (compare.RECORD_FIELDS).  config.task_files are loaded
 --- first (compare.ensure_task_files).
@@ -189,6 +194,7 @@ function R.run_config(c, opts)
   r.heatmap = heatmap(model, hm_set, c)
   r.wall_seconds = timer:elapsed()
   r.cpu_seconds = os.clock() - cpu0              -- what the machine's load does not change
+  r.peak_rss_kb = util.peak_rss_kb()             -- the worker's peak memory (one per config)
   return r
 end
 

@@ -17,13 +17,14 @@ local function is_null(v) return NULL ~= nil and v == NULL end
 --- compare.RECORD_FIELDS: every field of a finished record (runs/<id>.json); those that may
 --- have no value (compare.OPTIONAL_FIELDS: steps_to_90 when 90% is never reached, the
 --- alignment numbers of a task without alignments or of rnnenc, centre_error outside
---- local-p, heatmap) are written as null, never left out
+--- local-p, heatmap, peak_rss_kb where /proc is not there and in records made before it) are
+--- written as null, never left out
 R.FIELDS = {"id", "task", "mechanism", "kind", "score", "mode", "seed", "steps", "params",
             "train_seconds", "wall_seconds", "cpu_seconds", "ms_per_step", "cpu_ms_per_step",
             "curve", "accuracy_by_length", "steps_to_90", "steps_to_99", "alignment_accuracy",
-            "attention_entropy", "centre_error", "heatmap", "config"}
+            "attention_entropy", "centre_error", "heatmap", "peak_rss_kb", "config"}
 R.OPTIONAL = {"steps_to_90", "steps_to_99", "alignment_accuracy", "attention_entropy",
-              "centre_error", "heatmap"}
+              "centre_error", "heatmap", "peak_rss_kb"}
 
 --- compare.null: JSON null as written and read (lua-cjson's), a value distinct from nil
 R.null = NULL
@@ -80,7 +81,7 @@ local function problem(r, c)
     end
   end
   for _, k in ipairs({"steps_to_90", "steps_to_99", "alignment_accuracy", "attention_entropy",
-                      "centre_error"}) do
+                      "centre_error", "peak_rss_kb"}) do
     if is_null(r[k]) then r[k] = nil end
     if r[k] ~= nil and not num(r[k]) then return string.format("%s is %s", k, check.value(r[k])) end
   end
@@ -115,8 +116,9 @@ local function digests(c)
 end
 
 --- compare.same_config(a, b) -> whether two configurations give the same result (their ids,
---- mechanisms, seeds, every setting and the content of their task files; the worker's
---- threads and time guard and the task files' paths do not count)
+--- mechanisms, seeds, the Transformer's model options, every setting and the content of
+--- their task files; the worker's threads and time guard and the task files' paths do not
+--- count)
 function R.same_config(a, b)
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   for _, k in ipairs({"id", "task", "mechanism", "kind", "score", "mode", "supervise",
@@ -130,6 +132,13 @@ function R.same_config(a, b)
   end
   if type(a.settings) ~= "table" or type(b.settings) ~= "table" then return false end
   if digests(a) ~= digests(b) then return false end
+  -- the Transformer's model options (kv_heads, window, ...): absent before them, the same
+  -- as positions alone
+  local ta = type(a.transformer) == "table" and a.transformer or {positions = a.positions}
+  local tb = type(b.transformer) == "table" and b.transformer or {positions = b.positions}
+  if a.kind == "transformer" and grid.settings_key(ta) ~= grid.settings_key(tb) then
+    return false
+  end
   return grid.settings_key(a.settings) == grid.settings_key(b.settings)
 end
 

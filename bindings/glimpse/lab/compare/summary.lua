@@ -42,7 +42,7 @@ S.ROW_FIELDS = {"task", "mechanism", "kind", "score", "mode", "seeds", "train_le
                 "long_accuracy_std", "accuracy_by_length", "steps_to_90", "steps_to_99",
                 "reached_90", "reached_99", "curve", "alignment_accuracy", "alignment_accuracy_std",
                 "attention_entropy", "centre_error", "ms_per_step", "cpu_ms_per_step", "params",
-                "train_seconds", "wall_seconds", "cpu_seconds", "config"}
+                "train_seconds", "wall_seconds", "cpu_seconds", "peak_rss_kb", "config"}
 
 --- compare.summarise(records) -> rows, one per (task, mechanism) in first-seen order:
 --- score, mode, task, mechanism, kind, seeds, train_lengths, accuracy_mean/std (token accuracy over every
@@ -51,7 +51,8 @@ S.ROW_FIELDS = {"task", "mechanism", "kind", "score", "mode", "seeds", "train_le
 --- token_mean, token_std}), steps_to_90 / steps_to_99 (mean over the seeds that got there;
 --- nil when none did) with reached_90 / reached_99 (how many), curve (mean validation
 --- accuracy per evaluation step), alignment_accuracy, attention_entropy, centre_error,
---- ms_per_step, cpu_ms_per_step, params, train_seconds, wall_seconds, cpu_seconds (means),
+--- ms_per_step, cpu_ms_per_step, params, train_seconds, wall_seconds, cpu_seconds,
+--- peak_rss_kb (means over the seeds that have it),
 --- config (the settings)
 function S.summarise(records)
   local groups, order = {}, {}
@@ -98,7 +99,7 @@ function S.summarise(records)
     end
     for _, key in ipairs({"alignment_accuracy", "attention_entropy", "centre_error",
                           "ms_per_step", "cpu_ms_per_step", "params", "train_seconds",
-                          "wall_seconds", "cpu_seconds"}) do
+                          "wall_seconds", "cpu_seconds", "peak_rss_kb"}) do
       row[key] = mean_of(g, function(r) return r[key] end)
     end
     row.alignment_accuracy_std = select(2, mean_of(g, function(r) return r.alignment_accuracy end))
