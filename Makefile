@@ -226,8 +226,11 @@ clean:
 	rm -rf build build-asan build-warn build-fuzz
 
 # side-by-side benchmark against PyTorch 1.13 on the CPU (needs python3-torch, and
-# python3-torchvision for W5, for /usr/bin/python3); --profile adds where glimpse's time goes
+# python3-torchvision for W5, for /usr/bin/python3); --profile adds where glimpse's time goes.
+# BENCH_ROUNDS rounds (median, best and spread of each side kept); BENCH_QUICK=1: 1 round,
+# small sizes, a check of the machinery only
 BENCH_PKGS := python3-torch python3-torchvision
+BENCH_ROUNDS ?= 5
 bench: all
 	@missing=""; for p in $(BENCH_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
@@ -236,4 +239,4 @@ bench: all
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
 	  else echo "missing:$$missing (run as root or install them)"; exit 1; fi; \
 	fi
-	$(BUILD)/glimpse bench/run.lua --profile $(BENCH_ARGS)
+	BENCH_ROUNDS=$(BENCH_ROUNDS) $(BUILD)/glimpse bench/run.lua --profile $(BENCH_ARGS)

@@ -4,11 +4,12 @@
 --   {"side":"glimpse","workload":W,"loss1":<first-step loss>,"ms_per_step":..,"steps":..,
 --    "cpu_ms_per_step":..,"vmhwm_kb":..,"threads":..}
 -- Usage: glimpse bench/glimpse_workloads.lua W STEPS [--save PATH] [--threads N] [--dist]
---                                               [--profile]
+--                                               [--profile] [--quick]
 --   --save PATH writes the seeded initial weights (the model's state_dict) and the inputs
 --   (as "input.<name>") to PATH (safetensors) so the PyTorch side (bench/torch_workloads.py)
 --   starts from exactly the same numbers.
 --   --threads N sets the BLAS thread count (default: glimpse's own default).
+--   --quick: W7 and W8 on a small model (seconds; the other workloads keep their sizes).
 --   --profile: after the timed steps, run at least STEPS more (and at least 2 s) with
 --   glimpse.cpu_profile sampling every 200 us and glimpse.blas_profile counting, and add
 --   "profile" to the JSON line: the share of the samples in each category (blas, memory,
@@ -29,7 +30,9 @@ local cjson = require "cjson"
 
 local W, STEPS = arg[1], tonumber(arg[2] or "10")
 local SAVE, THREADS, DIST, PROFILE
+local QUICK                      -- --quick: W7, W8 small (the machinery's check)
 for i = 3, #arg do
+  if arg[i] == "--quick" then QUICK = true end
   if arg[i] == "--save" then SAVE = arg[i + 1] end
   if arg[i] == "--profile" then PROFILE = true end
   if arg[i] == "--threads" then THREADS = tonumber(arg[i + 1]) end
@@ -290,6 +293,121 @@ workloads.W6 = function()
     end
     return {greedy = glimpse.tensor(rows)}
   end, items = 64}
+end
+
+-- ---------------------------------------------------------------------------------------
+-- W7, W8: a Transformer encoder-decoder the way torch.nn.Transformer lays it out (batch
+-- first, post-norm, relu, dropout 0): source and target embeddings scaled by sqrt(d) plus the
+-- sinusoidal positions, 2 encoder layers and a final LayerNorm, 2 decoder layers (causal
+-- self-attention, attention over the memory) and a final LayerNorm, an output layer.  The
+-- embeddings and the output layer are included on both sides.  Parameter names are
+-- torch's (transformer.encoder.layers.0.self_attn.in_proj_weight, ...); the positions are a
+-- non-persistent buffer, saved as the input "pe" so both sides add the same numbers.
+-- --quick: a small model (d 32, 2 heads, ff 64, length 8, batch 4) for checking the machinery.
+
+local function size_config()
+  if QUICK then return {V = 16, d = 32, heads = 2, ff = 64, layers = 2, S = 8, T = 8, B = 4} end
+  return {V = 512, d = 256, heads = 8, ff = 1024, layers = 2, S = 64, T = 64, B = 32}
+end
+
+local Stack = nn.Module:extend("Stack")          -- torch's TransformerEncoder / Decoder
+
+function Stack:init(layers, d)
+  self.layers = nn.ModuleList(layers)
+  self.norm = nn.LayerNorm(d)
+end
+
+local Core = nn.Module:extend("Core")            -- torch.nn.Transformer's two stacks
+
+function Core:init(c)
+  local lo = {dim_feedforward = c.ff, dropout = 0}
+  local enc, dec = {}, {}
+  for i = 1, c.layers do
+    enc[i] = nn.TransformerEncoderLayer(c.d, c.heads, lo)
+    dec[i] = nn.TransformerDecoderLayer(c.d, c.heads, lo)
+  end
+  self.encoder = Stack(enc, c.d)
+  self.decoder = Stack(dec, c.d)
+end
+
+local Seq2seqTransformer = nn.Module:extend("Seq2seqTransformer")
+
+function Seq2seqTransformer:init(c)
+  self.c = c
+  self.src_emb = nn.Embedding(c.V, c.d)
+  self.tgt_emb = nn.Embedding(c.V, c.d)
+  self.pos = nn.PositionalEncoding(c.d, {max_len = math.max(c.S, c.T) + 1})
+  self.transformer = Core(c)
+  self.out = nn.Linear(c.d, c.V)
+end
+
+--- src (B,S) 1-based ids -> memory (B,S,d), after the encoder's final norm
+function Seq2seqTransformer:encode(src)
+  local x = self.pos(self.src_emb(src) * math.sqrt(self.c.d))
+  for _, layer in ipairs(self.transformer.encoder.layers) do x = layer(x) end
+  return self.transformer.encoder.norm(x)
+end
+
+--- tgt_in (B,T) 1-based ids, src (B,S) -> logits (B,T,V) (teacher forcing, causal)
+function Seq2seqTransformer:forward(src, tgt_in)
+  local mem = self:encode(src)
+  local y = self.pos(self.tgt_emb(tgt_in) * math.sqrt(self.c.d))
+  for _, layer in ipairs(self.transformer.decoder.layers) do y = layer(y, mem, {causal = true}) end
+  return self.out(self.transformer.decoder.norm(y))
+end
+
+--- greedy decoding of T tokens from <start> = id 1 through the decoder layers' key/value
+--- caches (nn.TransformerDecoderLayer:init_cache / :step): each step runs one new row per
+--- layer.  -> (B,T) the 1-based ids, as floats
+function Seq2seqTransformer:greedy(src, T)
+  return glimpse.no_grad(function()
+    local mem = self:encode(src)
+    local layers = self.transformer.decoder.layers
+    local caches = {}
+    for i, layer in ipairs(layers) do caches[i] = layer:init_cache(mem) end
+    local B, V, scale = src.shape[1], self.c.V, math.sqrt(self.c.d)
+    local tok = glimpse.zeros(B, 1) + 1
+    local out = {}
+    for t = 1, T do
+      local x = self.pos(self.tgt_emb(tok) * scale, t - 1)
+      for i, layer in ipairs(layers) do
+        x, _, caches[i] = layer:step(x, nil, caches[i], {q_start = t - 1})
+      end
+      out[t] = self.out(self.transformer.decoder.norm(x)):reshape(B, V):argmax(2)
+      tok = out[t]:reshape(B, 1)
+    end
+    return glimpse.stack(out, 2)
+  end)
+end
+
+local function transformer_setup()
+  local c = size_config()
+  local model = Seq2seqTransformer(c)
+  -- the sizes the PyTorch side builds its model from (heads are in no weight's shape)
+  inputs.config = glimpse.tensor({c.V, c.d, c.heads, c.ff, c.layers, c.S, c.T, c.B})
+  inputs.pe = model.pos.pe:narrow(1, 1, math.max(c.S, c.T)):clone()
+  return model, c
+end
+
+function workloads.W7()
+  local model, c = transformer_setup()
+  local src = input("src", randint(c.V, c.B, c.S))
+  local tgt_in = input("tgt_in", randint(c.V, c.B, c.T))
+  local tgt_out = input("tgt_out", randint(c.V, c.B, c.T))
+  return model, function()
+    return glimpse.cross_entropy(model(src, tgt_in), tgt_out)
+  end
+end
+
+-- W8: greedy decoding of T = 64 tokens for a batch of 32 sources (W7's model, evaluation
+-- mode, no tape).  The check: the tokens, which the PyTorch side (recomputing the prefix at
+-- every step: torch.nn.Transformer has no cache) must reproduce.
+function workloads.W8()
+  local model, c = transformer_setup()
+  model:evaluate()
+  local src = input("src", randint(c.V, c.B, c.S))
+  return model, function() return model:greedy(src, c.T) end,
+    {inference = true, items = c.B, check = function(out) return {greedy = out:clone()} end}
 end
 
 -- ---------------------------------------------------------------------------------------

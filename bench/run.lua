@@ -1,19 +1,25 @@
 --- bench/run.lua -- the side-by-side benchmark driver: glimpse against PyTorch 1.13 (CPU).
 --
--- Usage: glimpse bench/run.lua [--quick] [--only W1]
+-- Usage: glimpse bench/run.lua [--quick] [--rounds N] [--only W[,W...]] [--out PATH]
+--                              [--no-torch] [--profile]
 -- For each workload it runs the glimpse side (bench/glimpse_workloads.lua, in a fresh glimpse
 -- process) and the PyTorch side (bench/torch_workloads.py under /usr/bin/python3, which has
--- python3-torch) alternately, ROUNDS times each, one process per workload per side per round.
+-- python3-torch) alternately, ROUNDS times each (5; --rounds N or BENCH_ROUNDS=N), one process
+-- per workload per side per round.
 -- The first glimpse run saves its seeded initial weights and inputs to a temporary
 -- safetensors file that the PyTorch side loads, so both first-step losses come from the same
--- numbers; they must agree to LOSS_RTOL.  Each side reports JSON lines; the best ms/step over
--- the rounds is kept (PyTorch's is already its best over 1 and 2 threads; glimpse runs on
--- its default, every core, and W2 and W5 once more on one thread each round, for the speed-up
--- the thread pool gives), peak resident
--- memory (VmHWM) is the largest seen.  Both sides also report the CPU time (all threads) of
--- their timed steps; its ratio ("cpu ratio", from the same runs as the best wall times) is
--- the steadier number on a machine other work is loading.  The load average before and
--- after goes into the output.  Prints a table and writes bench/results.json.
+-- numbers; they must agree to LOSS_RTOL.  Each side reports JSON lines.  Every round's ms/step
+-- of each side is kept (PyTorch's round is already its best over its configurations and 1
+-- and 2 threads; glimpse runs on its default, every core, and W2 and W5 once more on one
+-- thread each round, for the speed-up the thread pool gives; W8 on both, the faster kept);
+-- bench/report.lua turns them into the median (the table's number and the targets'), the
+-- best and the spread (max - min as a % of the median).  Peak resident memory (VmHWM) is the
+-- largest seen.  Both sides also report the CPU time (all threads) of their timed steps; its
+-- ratio ("cpu ratio", medians) is the steadier number on a machine other work is loading.
+-- The load average before and after goes into the output.  Prints the table, the issue's
+-- targets (met / not met, on the medians) and writes bench/results.json (--out PATH).
+-- --quick (or BENCH_QUICK=1): 1 round, fewer steps, W7 and W8 on a small model: a check of
+-- the machinery, not a measurement.  --no-torch, or python3-torch missing: glimpse's side only.
 -- A workload whose glimpse side fails is listed as skipped with its error.
 --
 -- glimpse bench/run.lua --scaling [--quick] [--only W2]: data-parallel scaling instead (no
@@ -29,26 +35,42 @@ local cjson = require "cjson"
 local LOSS_RTOL = 1e-4
 local PYTHON = "/usr/bin/python3"
 
-local quick, only, scaling, profile = false, nil, false, false
+local quick, only, scaling, profile = os.getenv("BENCH_QUICK") == "1", nil, false, false
+local rounds_arg, out_path, no_torch = os.getenv("BENCH_ROUNDS"), "bench/results.json", false
+local USAGE = "usage: glimpse bench/run.lua [--quick] [--rounds N] [--only W[,W...]] [--out PATH] "
+              .. "[--no-torch] [--scaling] [--profile]"
 do
   local i = 1
   while i <= #arg do
     if arg[i] == "--quick" then quick = true
-    elseif arg[i] == "--only" then only = arg[i + 1]; i = i + 1
+    elseif arg[i] == "--only" and arg[i + 1] then only = arg[i + 1]; i = i + 1
+    elseif arg[i] == "--rounds" and arg[i + 1] then rounds_arg = arg[i + 1]; i = i + 1
+    elseif arg[i] == "--out" and arg[i + 1] then out_path = arg[i + 1]; i = i + 1
+    elseif arg[i] == "--no-torch" then no_torch = true
     elseif arg[i] == "--scaling" then scaling = true
     elseif arg[i] == "--profile" then profile = true
-    else error("usage: glimpse bench/run.lua [--quick] [--only W] [--scaling] [--profile]", 0) end
+    else error(USAGE, 0) end
     i = i + 1
   end
 end
+local rounds_n = rounds_arg and math.tointeger(tonumber(rounds_arg))
+if rounds_arg and (not rounds_n or rounds_n < 1) then
+  error("bench/run.lua: --rounds (or BENCH_ROUNDS) must be a positive integer, got "
+        .. rounds_arg, 0)
+end
 
--- --only W5 picks W5-vgg16 and W5-resnet18 as well as a name given in full
+-- --only W5 picks W5-vgg16 and W5-resnet18 as well as a name given in full; --only W7,W8 both
 local function selected(name)
-  return not only or name == only or name:sub(1, #only + 1) == only .. "-"
+  if not only then return true end
+  for o in only:gmatch("[^,]+") do
+    if name == o or name:sub(1, #o + 1) == o .. "-" then return true end
+  end
+  return false
 end
 
 local GLIMPSE = arg[-1] or "build/glimpse"
-local ROUNDS = quick and 1 or 3
+local ROUNDS = quick and 1 or rounds_n or 5
+local report = dofile("bench/report.lua")
 
 -- name, description, timed steps (full, quick), forward+backward FLOPs per step (or nil)
 local function fl_decoder(B, T, L, demb, dmem, hid, att, V)
@@ -82,6 +104,16 @@ local function conv_flops_resnet18()
   end
   return f
 end
+-- W7: forward FLOPs of a training step's model times 3 (backward ~ twice the forward):
+-- per source token an encoder layer's projections (8 d^2) and feed-forward (4 d ff) and its
+-- scores and context over S keys (4 S d); per target token a decoder layer's self-attention
+-- (8 d^2 + 4 T d, the masked half counted), cross-attention (q and out 4 d^2, 4 S d; the
+-- memory's keys and values 4 d^2 per source token), feed-forward; the output layer 2 d V
+local function fl_transformer(B, S, T, d, ff, V, L)
+  local enc = S * (8 * d * d + 4 * d * ff + 4 * S * d)
+  local dec = T * (8 * d * d + 4 * T * d + 4 * d * d + 4 * S * d + 4 * d * ff) + S * 4 * d * d
+  return 3 * B * (L * (enc + dec) + T * 2 * d * V)
+end
 local OUT_RTOL = 1e-4     -- W5: max |difference| / max |value| of the grids
 
 local WORKLOADS = {
@@ -97,13 +129,18 @@ local WORKLOADS = {
   {name = "W4", what = "multi-head self-attention B32 T64 D256 h8", steps = {20, 5},
    flops = 3 * (2 * 32 * 64 * 256 * 768 + 2 * 2 * 32 * 64 * 64 * 256 + 2 * 32 * 64 * 256 * 256)},
   {name = "W5-vgg16", what = "VGG-16 features to the 14x14 grid, B8 224x224, inference",
-   steps = {2, 1}, rounds = 1, flops = 8 * conv_flops_vgg16(), check = "output",
+   steps = {2, 1}, flops = 8 * conv_flops_vgg16(), check = "output",
    rtol = OUT_RTOL, threads1 = true},
   {name = "W5-resnet18", what = "ResNet-18 trunk to the 7x7 grid, B8 224x224, inference",
-   steps = {3, 1}, rounds = 1, flops = 8 * conv_flops_resnet18(), check = "output",
+   steps = {3, 1}, flops = 8 * conv_flops_resnet18(), check = "output",
    rtol = OUT_RTOL, threads1 = true},
   {name = "W6", what = "scenes captioner, 64 images, beam 3 (captions/s)", steps = {2, 1},
-   rounds = 2, check = "greedy", rtol = 0},
+   check = "greedy", rtol = 0, unit = "captions"},
+  {name = "W7", what = "Transformer 2+2 layers d256 h8 ff1024, S=T=64, B32, training step",
+   steps = {5, 2}, flops = not quick and fl_transformer(32, 64, 64, 256, 1024, 512, 2) or nil},
+  {name = "W8", what = "Transformer greedy decoding, 64 tokens, B32 (PyTorch recomputes)",
+   steps = {2, 1}, check = "greedy", rtol = 0, unit = "sequences", best_threads = true,
+   torch_note = "no key/value cache: the prefix recomputed at every step"},
   {name = "S1", what = "sgemm 512x512x512", steps = {200, 50}, flops = 2 * 512 ^ 3},
   {name = "S2", what = "sgemm M64 K512 N128", steps = {2000, 500}, flops = 2 * 64 * 512 * 128},
 }
@@ -257,155 +294,144 @@ end
 local load_start = loadavg()
 local results = {}
 
--- bench/results.json, rewritten after every workload (partial = true until the run ends, so
--- a long run cut short keeps what it measured)
-local function write_results(list, load_end, partial)
-  local tmp = "bench/results.json.tmp"
-  local out = assert(io.open(tmp, "w"))
-  out:write(cjson.encode({quick = quick, rounds = ROUNDS, loss_rtol = LOSS_RTOL,
-                          out_rtol = OUT_RTOL, loadavg_start = load_start,
-                          loadavg_end = load_end, partial = partial, cpu_avx512 = AVX512,
-                          torch_configs_searched = TORCH_CONFIGS, results = list}), "\n")
-  out:close()
-  assert(os.rename(tmp, "bench/results.json"))
+-- PyTorch's side needs python3-torch; without it (or with --no-torch) only glimpse's side runs
+local torch_absent
+if no_torch then
+  torch_absent = "not run (--no-torch)"
+elseif not os.execute(PYTHON .. " -c 'import torch' > /dev/null 2>&1") then
+  torch_absent = "not run: python3-torch is not installed for " .. PYTHON
+                 .. " (make bench installs it)"
 end
+
+-- the results file, rewritten after every workload (partial = true until the run ends, so a
+-- long run cut short keeps what it measured).  Schema 2: per workload the rounds' times
+-- (*_rounds), their medians (glimpse_ms, torch_ms: the table's numbers), bests (*_best) and
+-- spreads (*_spread_pct: max - min over the median, in %), and the targets on the medians.
+local function write_results(list, load_end, partial)
+  local tmp = out_path .. ".tmp"
+  local out = assert(io.open(tmp, "w"))
+  out:write(cjson.encode({schema = report.SCHEMA, quick = quick, rounds = ROUNDS,
+                          loss_rtol = LOSS_RTOL, out_rtol = OUT_RTOL, loadavg_start = load_start,
+                          loadavg_end = load_end, partial = partial, cpu_avx512 = AVX512,
+                          torch_configs_searched = TORCH_CONFIGS, torch_absent = torch_absent,
+                          results = list, targets = report.targets(list)}), "\n")
+  out:close()
+  assert(os.rename(tmp, out_path))
+end
+
+local function push(r, key, x)
+  if x == nil then return end
+  r[key] = r[key] or {}
+  r[key][#r[key] + 1] = x
+end
+
+-- one round of PyTorch's side: every configuration, the fastest kept for the round
+local function torch_round(w, r, steps, wfile)
+  local best
+  for _, tc in ipairs(TORCH_CONFIGS) do
+    local tcmd = string.format("env %s %s bench/torch_workloads.py %s %d %s", tc.env, PYTHON,
+                               w.name, steps, wfile)
+    local t, terr = run_json(tcmd)
+    if not t then r.torch_error = terr end
+    if t and r.torch_loss1 == nil then
+      r.torch_loss1 = t.loss1
+      if w.check then          -- W5, W6, W8: the PyTorch side compared the outputs itself
+        r.out_rel_diff = t.out_rel_diff
+        r.same_loss = t.out_rel_diff <= w.rtol
+        r.greedy_differ = t.greedy_differ
+      else
+        r.loss_rel_diff = math.abs(r.glimpse_loss1 - t.loss1) / math.max(math.abs(t.loss1), 1e-12)
+        r.same_loss = r.loss_rel_diff <= LOSS_RTOL
+      end
+    end
+    if t then
+      r.torch_config_ms[tc.name] = math.min(r.torch_config_ms[tc.name] or math.huge, t.ms_per_step)
+      if not best or t.ms_per_step < best.ms_per_step then best = t; best.env = tc.env end
+      r.torch_vmhwm_kb = math.max(r.torch_vmhwm_kb or 0, t.vmhwm_kb or 0)
+      r.torch_version = t.torch
+    end
+  end
+  if not best then return end
+  push(r, "torch_ms_rounds", best.ms_per_step)
+  push(r, "torch_cpu_ms_rounds", best.cpu_ms_per_step)
+  if not r.torch_best_ms or best.ms_per_step < r.torch_best_ms then
+    r.torch_best_ms, r.torch_threads = best.ms_per_step, best.threads
+    r.torch_config = best.config
+    r.torch_config.env = best.env
+  end
+end
+
 for _, w in ipairs(WORKLOADS) do
   if selected(w.name) then
     local steps = quick and w.steps[2] or w.steps[1]
-    local rounds = quick and 1 or (w.rounds or ROUNDS)
     local wfile = os.tmpname() .. ".safetensors"
-    local r = {workload = w.name, what = w.what, steps = steps, rounds = rounds}
+    local r = {workload = w.name, what = w.what, steps = steps, rounds = ROUNDS,
+               unit = w.unit, torch_note = w.torch_note, torch_config_ms = {},
+               flops_per_step = w.flops}
     io.stderr:write(string.format("%s: %s, %d steps x %d rounds, PyTorch in %d configurations\n",
-                                  w.name, w.what, steps, rounds, #TORCH_CONFIGS))
-    for round = 1, rounds do
+                                  w.name, w.what, steps, ROUNDS, #TORCH_CONFIGS))
+    local qflag = quick and " --quick" or ""
+    for round = 1, ROUNDS do
       local gcmd = string.format("%s bench/glimpse_workloads.lua %s %d%s", sh_quote(GLIMPSE),
-                                 w.name, steps, round == 1 and (" --save " .. wfile) or "")
-      local g, gerr = run_json(gcmd)
+                                 w.name, steps, qflag)
+      local g, gerr = run_json(gcmd .. (round == 1 and (" --save " .. wfile) or ""))
       if not g then r.skipped = "glimpse: " .. gerr; break end
       if round == 1 then r.glimpse_loss1 = g.loss1 end
-      if not r.glimpse_ms or g.ms_per_step < r.glimpse_ms then
-        r.glimpse_ms, r.glimpse_cpu_ms = g.ms_per_step, g.cpu_ms_per_step
-      end
       r.glimpse_vmhwm_kb = math.max(r.glimpse_vmhwm_kb or 0, g.vmhwm_kb or 0)
-      r.glimpse_threads, r.items = g.threads, g.items
-      if w.threads1 and g.threads > 1 then   -- the same work on one thread: what the pool gains
-        local g1, err1 = run_json(gcmd:gsub(" %-%-save .*$", "") .. " --threads 1")
-        if g1 and (not r.glimpse_ms_1thread or g1.ms_per_step < r.glimpse_ms_1thread) then
-          r.glimpse_ms_1thread = g1.ms_per_step
-        elseif not g1 then
+      r.glimpse_threads_default, r.items = g.threads, g.items
+      local ms, cpu, threads = g.ms_per_step, g.cpu_ms_per_step, g.threads
+      if (w.threads1 or w.best_threads) and g.threads > 1 then   -- the same work on one thread
+        local g1, err1 = run_json(gcmd .. " --threads 1")
+        if g1 then
+          push(r, "glimpse_ms_1thread_rounds", g1.ms_per_step)
+          if w.best_threads and g1.ms_per_step < ms then    -- W8: the faster thread count
+            ms, cpu, threads = g1.ms_per_step, g1.cpu_ms_per_step, 1
+          end
+        else
           r.threads1_error = err1
         end
       end
-      for _, tc in ipairs(TORCH_CONFIGS) do
-        local tcmd = string.format("env %s %s bench/torch_workloads.py %s %d %s", tc.env, PYTHON,
-                                   w.name, steps, wfile)
-        local t, terr = run_json(tcmd)
-        if not t then r.torch_error = terr end
-        if t and r.torch_loss1 == nil then
-          r.torch_loss1 = t.loss1
-          if w.check then          -- W5, W6: the PyTorch side compared the outputs itself
-            r.out_rel_diff = t.out_rel_diff
-            r.same_loss = t.out_rel_diff <= w.rtol
-            r.greedy_differ = t.greedy_differ
-          else
-            r.loss_rel_diff = math.abs(g.loss1 - t.loss1) / math.max(math.abs(t.loss1), 1e-12)
-            r.same_loss = r.loss_rel_diff <= LOSS_RTOL
-          end
-        end
-        if t then
-          tc.ms = math.min(tc.ms or math.huge, t.ms_per_step)
-          if not r.torch_ms or t.ms_per_step < r.torch_ms then
-            r.torch_ms, r.torch_threads, r.torch_cpu_ms = t.ms_per_step, t.threads, t.cpu_ms_per_step
-            r.torch_config = t.config
-            r.torch_config.env = tc.env
-          end
-          r.torch_vmhwm_kb = math.max(r.torch_vmhwm_kb or 0, t.vmhwm_kb or 0)
-          r.torch_version = t.torch
-        end
+      push(r, "glimpse_ms_rounds", ms)
+      push(r, "glimpse_cpu_ms_rounds", cpu)
+      push(r, "glimpse_threads_rounds", threads)
+      if torch_absent then
+        r.torch_skipped = torch_absent
+      else
+        torch_round(w, r, steps, wfile)
       end
     end
-    r.torch_config_ms = {}
-    for _, tc in ipairs(TORCH_CONFIGS) do
-      r.torch_config_ms[tc.name] = tc.ms
-      tc.ms = nil
-    end
+    r.glimpse_threads = r.glimpse_threads_rounds and
+      math.tointeger(report.median(r.glimpse_threads_rounds)) or r.glimpse_threads_default
+    r.torch_best_ms = nil
     if profile and not r.skipped then
-      local pcmd = string.format("%s bench/glimpse_workloads.lua %s %d --profile",
-                                 sh_quote(GLIMPSE), w.name, steps)
+      local pcmd = string.format("%s bench/glimpse_workloads.lua %s %d --profile%s",
+                                 sh_quote(GLIMPSE), w.name, steps, qflag)
       local g, gerr = run_json(pcmd)
       r.profile = g and g.profile or {error = gerr}
     end
     os.remove(wfile)
-    if r.glimpse_ms and r.torch_ms then r.ratio = r.glimpse_ms / r.torch_ms end
-    if r.glimpse_ms and r.glimpse_ms_1thread then
-      r.thread_speedup = r.glimpse_ms_1thread / r.glimpse_ms
-    end
-    if r.items then        -- W6: captions per second
-      r.glimpse_per_s = r.glimpse_ms and r.items * 1000 / r.glimpse_ms
-      r.torch_per_s = r.torch_ms and r.items * 1000 / r.torch_ms
-    end
-    if r.glimpse_cpu_ms and r.torch_cpu_ms and r.torch_cpu_ms > 0 then
-      r.cpu_ratio = r.glimpse_cpu_ms / r.torch_cpu_ms
-    end
-    if r.glimpse_ms and w.flops then
-      r.flops_per_step = w.flops
-      r.glimpse_gflops = w.flops / (r.glimpse_ms * 1e6)
-      if r.torch_ms then r.torch_gflops = w.flops / (r.torch_ms * 1e6) end
-    end
+    if not w.best_threads and not w.threads1 then r.glimpse_ms_1thread_rounds = nil end
+    r.best_threads = w.best_threads                    -- W8: the faster thread count's time
+    report.summarize(r)
     results[#results + 1] = r
     write_results(results, loadavg(), true)
   end
 end
 
--- the table
-local function f(fmt, x) return x and string.format(fmt, x) or "-" end
-local hdr = string.format("| %-12s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
-  "work        ", "glimpse ms", "PyTorch ms (t)", "ratio", "cpu ratio", "GFLOP/s gl/pt", "glimpse MiB",
-  "PyTorch MiB", "same loss")
-print(hdr)
-print((hdr:gsub("[^|]", "-")))
-for _, r in ipairs(results) do
-  if r.skipped then
-    print(string.format("| %-12s | skipped: %s", r.workload, r.skipped))
-  else
-    local same = r.same_loss == nil and "-" or r.greedy_differ and
-      string.format("%s %d/%d", r.same_loss and "yes" or "NO", r.greedy_differ, r.items) or
-      string.format("%s %.0e", r.same_loss and "yes" or "NO", r.loss_rel_diff or r.out_rel_diff)
-    print(string.format("| %-12s | %10s | %14s | %6s | %9s | %14s | %11s | %11s | %-9s |",
-      r.workload, f("%.2f", r.glimpse_ms),
-      r.torch_ms and string.format("%.2f (%d)", r.torch_ms, r.torch_threads) or "failed",
-      f("%.2f", r.ratio), f("%.2f", r.cpu_ratio),
-      r.glimpse_gflops and string.format("%.1f/%s", r.glimpse_gflops, f("%.1f", r.torch_gflops)) or "-",
-      f("%.1f", r.glimpse_vmhwm_kb and r.glimpse_vmhwm_kb / 1024),
-      f("%.1f", r.torch_vmhwm_kb and r.torch_vmhwm_kb / 1024), same))
-  end
-  if r.torch_error then print("  PyTorch error (" .. r.workload .. "): " .. r.torch_error) end
-end
-for _, r in ipairs(results) do
-  if r.torch_config then
-    local c = r.torch_config
-    print(string.format("PyTorch %-12s %s, %s kernels, %d thread%s, %s%s", r.workload .. ":",
-                        c.env ~= "" and c.env or "(no variables)", c.cpu_capability, c.threads,
-                        c.threads == 1 and "" or "s", c.layout,
-                        c.mkldnn_enabled and ", oneDNN on" or ""))
-  end
-  if r.glimpse_per_s then
-    print(string.format("%s: glimpse %.1f captions/s, PyTorch %s captions/s", r.workload,
-                        r.glimpse_per_s, f("%.1f", r.torch_per_s)))
-  end
-  if r.thread_speedup then
-    print(string.format("%s: glimpse on 1 thread %.2f ms, on %d threads %.2f ms: %.2fx",
-                        r.workload, r.glimpse_ms_1thread, r.glimpse_threads, r.glimpse_ms,
-                        r.thread_speedup))
-  end
-end
+print(report.table(results))
+local notes = report.notes(results)
+if notes ~= "" then print(notes) end
 if profile then
   print()
   print(profile_table(results))
 end
+print()
+print(string.format("Targets, on the medians of %d round%s%s:", ROUNDS, ROUNDS == 1 and "" or "s",
+                    quick and " (quick mode: the numbers do not count)" or ""))
+print(report.targets_table(results))
 
 local load_end = loadavg()
 print(string.format("load average (1, 5, 15 min): %s before, %s after", la(load_start),
                     la(load_end)))
 write_results(results, load_end, false)
-print("wrote bench/results.json")
+print("wrote " .. out_path)

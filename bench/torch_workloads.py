@@ -10,6 +10,12 @@ faster.
 W5-vgg16 / W5-resnet18 (inference): torchvision's VGG-16 features / ResNet-18 trunk on the
 glimpse side's weights and images under no_grad; the check is the grid itself against the
 glimpse side's ("check.output"): max |difference| / max |glimpse value|.
+W7 (training): torch.nn.Transformer between embeddings and an output layer, the glimpse
+side's weights and inputs, sizes from its "config" input.
+W8 (inference, torch.inference_mode): greedy decoding of the glimpse side's 64 tokens per
+source with W7's model, the decoder recomputed over the whole prefix at every step
+(torch.nn.Transformer has no key/value cache); the check is the tokens against the glimpse
+side's ("check.greedy"): how many sequences differ.
 W6 (inference): the same captioner in torch.nn, decoding the 64 images with a batched beam
 search (beam 3); the check is greedy decoding against the glimpse side's greedy captions
 ("check.greedy"): the fraction of captions that differ.
@@ -23,6 +29,7 @@ Prints one JSON line on stdout.
 Integer inputs arrive 1-based as float32 and are shifted to 0-based longs here.
 """
 import json
+import math
 import struct
 import sys
 import time
@@ -324,6 +331,53 @@ def beam_search(cap, images, K, max_len):
     return [bt[1][:max_len] for bt in best]
 
 
+class Seq2seqTransformer(nn.Module):
+    """W7, W8: torch.nn.Transformer (batch first, post-norm, relu, dropout 0, its final
+    encoder and decoder LayerNorms) between embeddings scaled by sqrt(d) plus the glimpse
+    side's sinusoidal positions ("pe") and an output layer; the sizes come from the glimpse
+    side's "config" input (V, d, heads, ff, layers, S, T, B)."""
+
+    def __init__(self, cfg, pe):
+        super().__init__()
+        V, d, heads, ff, layers = (int(x) for x in cfg[:5])
+        self.V, self.d = V, d
+        self.src_emb = nn.Embedding(V, d)
+        self.tgt_emb = nn.Embedding(V, d)
+        self.transformer = nn.Transformer(d, heads, layers, layers, ff, dropout=0.0,
+                                          activation="relu", batch_first=True,
+                                          norm_first=False)
+        self.out = nn.Linear(d, V)
+        self.register_buffer("pe", pe, persistent=False)
+
+    def embed(self, emb, ids):
+        return emb(ids) * math.sqrt(self.d) + self.pe[:ids.shape[1]]
+
+    def forward(self, inp):
+        T = inp["tgt_in"].shape[1]
+        mask = causal_mask(T)
+        h = self.transformer(self.embed(self.src_emb, inp["src"]),
+                             self.embed(self.tgt_emb, inp["tgt_in"]), tgt_mask=mask)
+        return F.cross_entropy(self.out(h).reshape(-1, self.V), inp["tgt_out"].reshape(-1))
+
+    def greedy(self, src, T):
+        """T tokens from <start> (id 0), recomputing the decoder over the whole prefix at
+        every step (torch.nn.Transformer keeps no key/value cache) -> (B,T) ids"""
+        mem = self.transformer.encoder(self.embed(self.src_emb, src))
+        ys = torch.zeros(src.shape[0], 1, dtype=torch.long)
+        mask = causal_mask(T)
+        for t in range(T):
+            h = self.transformer.decoder(self.embed(self.tgt_emb, ys), mem,
+                                         tgt_mask=mask[:t + 1, :t + 1])
+            nxt = self.out(h[:, -1]).argmax(1)
+            ys = torch.cat([ys, nxt.unsqueeze(1)], 1)
+        return ys[:, 1:]
+
+
+def causal_mask(T):
+    """PyTorch's generate_square_subsequent_mask: -inf above the diagonal"""
+    return torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+
+
 MODELS = {"W1": W1, "W2": W2, "W3": W3, "W4": W4}
 CNN_GRIDS = {"W5-vgg16": "vgg16", "W5-resnet18": "resnet18"}
 INT_INPUTS = {"src", "tgt_in", "tgt_out", "targets", "dec_in_flat"}
@@ -349,6 +403,10 @@ def load(W, path):
         model = Captioner(sd)
         model.load_state_dict(sd, strict=True)
         return model.eval(), inp, checks
+    if W in ("W7", "W8"):
+        model = Seq2seqTransformer(inp.pop("config").tolist(), inp.pop("pe"))
+        model.load_state_dict(sd, strict=True)
+        return (model.eval() if W == "W8" else model), inp, checks
     if W in MODELS:
         model = MODELS[W]()
         # the glimpse side's modules carry the same names: its state_dict loads as is
@@ -417,6 +475,20 @@ def main():
         def one():
             with torch.no_grad():
                 return beam_search(model, images, 3, max_len)
+    elif W == "W8":
+        src = inp["src"]
+        ref = checks["greedy"].round().long() - 1
+        T = ref.shape[1]
+        with torch.inference_mode():
+            got = model.greedy(src, T)
+        extra["greedy_differ"] = int((got != ref).any(1).sum())
+        extra["out_rel_diff"] = extra["greedy_differ"] / ref.shape[0]
+        extra["items"] = ref.shape[0]
+        loss1 = float((got + 1).sum())
+
+        def one():
+            with torch.inference_mode():
+                return model.greedy(src, T)
     else:
         if W == "W2":
             layouts.append("channels_last")
