@@ -39,10 +39,10 @@ function R.max(xs)
   return m
 end
 
---- the rounds' range (max - min) as a percentage of their median; 0 for one round
+--- the rounds' range (max - min) as a percentage of their median; nil for fewer than 2
 function R.spread_pct(xs)
   local med = R.median(xs)
-  if not med or med == 0 then return nil end
+  if not med or med == 0 or #xs < 2 then return nil end
   return (R.max(xs) - R.min(xs)) / med * 100
 end
 
@@ -145,8 +145,9 @@ function R.notes(results)
         c.mkldnn_enabled and ", oneDNN on" or "", r.torch_note and ", " .. r.torch_note or "")
     end
     if r.glimpse_per_s then
+      local unit = r.unit or (r.workload == "W6" and "captions") or "items"
       lines[#lines + 1] = string.format("%s: glimpse %.1f %s/s, PyTorch %s %s/s", r.workload,
-        r.glimpse_per_s, r.unit or "items", f("%.1f", r.torch_per_s), r.unit or "items")
+        r.glimpse_per_s, unit, f("%.1f", r.torch_per_s), unit)
     end
     if r.thread_speedup then
       lines[#lines + 1] = string.format("%s: glimpse on 1 thread %.2f ms, on %d threads %.2f ms "
@@ -263,8 +264,9 @@ function R.text(doc)
   local notes = R.notes(doc.results)
   if notes ~= "" then parts[#parts + 1] = notes end
   parts[#parts + 1] = ""
+  local n = math.tointeger(doc.rounds) or doc.rounds
   parts[#parts + 1] = string.format("Targets, on the medians of %s round%s%s:",
-    tostring(doc.rounds), doc.rounds == 1 and "" or "s",
+    tostring(n), n == 1 and "" or "s",
     doc.quick and " (quick mode: small sizes, the numbers do not count)" or "")
   parts[#parts + 1] = R.targets_table(doc.results)
   return table.concat(parts, "\n")
