@@ -166,19 +166,22 @@ local function by_name(results)
   return t
 end
 
--- a target over several workloads: each gives (value, ok) or nil when not measured
+-- a target over several workloads: each gives (value, ok) or nil when not measured; -> the
+-- numbers, and met: false when one measured misses, nil when none misses but one is missing
 local function check_all(t, names, one, fmt)
-  local parts, met = {}, true
+  local parts, failed, missing = {}, false, false
   for _, n in ipairs(names) do
     local v, ok = one(t[n])
     if v == nil then
       parts[#parts + 1] = n .. " not measured"
-      met = nil
+      missing = true
     else
       parts[#parts + 1] = string.format("%s " .. fmt, n, v)
-      if not ok and met ~= nil then met = false end
+      if not ok then failed = true end
     end
   end
+  local met = not failed
+  if not failed and missing then met = nil end
   return table.concat(parts, ", "), met
 end
 
@@ -222,8 +225,8 @@ function R.targets(results)
     local x = r.glimpse_vmhwm_kb / r.torch_vmhwm_kb
     return x, x <= 0.5
   end, "%.2f")
-  add("peak memory <= half of PyTorch's", #names > 0 and nums or "not measured",
-      #names > 0 and met or nil)
+  if #names == 0 then nums, met = "not measured", nil end
+  add("peak memory <= half of PyTorch's", nums, met)
   add("1 -> 2 threads >= 1.7x on W2 and W5",
       check_all(t, {"W2", "W5-vgg16", "W5-resnet18"}, function(r)
         if not (r and r.thread_speedup) then return nil end

@@ -111,9 +111,20 @@ function T.test_targets_on_medians()
   local md = report.targets_table(results)
   lu.assertStrContains(md, "| W7 <= 0.6 of PyTorch's time | W7 0.60 | met |")
   lu.assertStrContains(md, "| not met |")
+  -- one workload above half of PyTorch's memory: not met (and not "not measured")
+  results[#results].glimpse_vmhwm_kb = 200
+  for _, x in ipairs(report.targets(results)) do
+    if x.target:find("peak memory", 1, true) then
+      lu.assertEquals(x.met, false)
+      lu.assertStrContains(x.numbers, "W7 0.67")
+    end
+  end
   -- an absent workload is "not measured", never "met"
   local partial = report.targets({results[1], results[#results]})
   lu.assertNil(partial[1].met)
+  -- one measured workload missing its target: not met, even with another not measured
+  partial = report.targets({results[1], results[3]})              -- S1, W2 at 75%
+  lu.assertEquals(partial[1].met, false)
   lu.assertStrContains(report.table(results), "|   0.60 |")
 end
 
