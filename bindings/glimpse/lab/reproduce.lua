@@ -460,10 +460,11 @@ function M.write_page(path, tbls, records, o)
                .. "recorded one (every number within one unit of its last printed digit); "
                .. "a compare table's rows are computed again from its kept results.json. "
                .. "How: [experiments/reproduce.md](experiments/reproduce.md#verifying-the-numbers).", ""}
-  local modes, order = {}, {}
+  local modes, order, kept, done = {}, {}, 0, 0
   for _, tbl in ipairs(tbls) do
     for _, r in pairs((records[tbl.name] or {runs = {}}).runs) do
       if r.status == "done" then
+        done, kept = done + 1, kept + (r.shipped and 1 or 0)
         if not modes[r.mode] then order[#order + 1] = r.mode end
         modes[r.mode] = (modes[r.mode] or 0) + 1
       end
@@ -473,6 +474,8 @@ function M.write_page(path, tbls, records, o)
   for i, k in ipairs(order) do order[i] = string.format("%d %s", modes[k], k) end
   L[#L + 1] = "Runs done, by mode: " .. (#order > 0 and table.concat(order, ", ") or "none")
               .. (modes.full and "." or " (no full run yet: these are not the full budgets' numbers).")
+              .. string.format(" Kept for `make verify`: %d of the %d done runs%s.", kept, done,
+                               kept < done and " (the others were run before checkpoints were kept)" or "")
   L[#L + 1] = ""
   for _, tbl in ipairs(tbls) do
     local rec = records[tbl.name] or {runs = {}}
@@ -505,7 +508,9 @@ function M.write_page(path, tbls, records, o)
                                   commit and (", commit " .. commit) or "")
         L[#L + 1] = "  - `" .. r.command .. "`"
         if r.eval_command then
-          L[#L + 1] = "  - re-evaluate: `" .. r.eval_command .. "`"
+          L[#L + 1] = "  - re-evaluate" .. ((r.shipped or r.status ~= "done") and ""
+                        or " (where the run was made: its checkpoint is not in the repository)")
+                      .. ": `" .. r.eval_command .. "`"
         elseif r.no_eval then
           L[#L + 1] = "  - re-evaluate: " .. r.no_eval
         end
@@ -514,7 +519,7 @@ function M.write_page(path, tbls, records, o)
                         r.shipped:gsub("%.results%.json$", ""):gsub("%.safetensors$", "") ..
                         ".json`: its command, commit and rows)")
                       or "  - kept: nothing (run before the checkpoints were kept in the " ..
-                         "repository: not shipped, `make verify` cannot re-score it)"
+                         "repository: not shipped, `make verify` lists it as such)"
         end
       end
     end
