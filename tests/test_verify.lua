@@ -86,6 +86,32 @@ function T.test_verify_rescores_every_row_to_the_recorded_number()
   lu.assertTrue(util.exists(s.dir .. "/out/pointer_sort/n5/eval/metrics.json"))
 end
 
+function T.test_tsp20_keeps_its_test_tours_beside_the_checkpoint()
+  -- the re-evaluation reads its exact tours from MODELS/pointer_tsp/n20-cache, not solving them
+  local dir = H.tmpdir() .. "/tsp20"
+  local rec = reproduce.run{mode = "tiny", out = dir .. "/out", results = dir .. "/results",
+                            doc = dir .. "/results.md", tables = "pointer_tsp", runs = "n20",
+                            exe = exe(), log = function() end}
+  local r = rec.pointer_tsp.runs.n20
+  lu.assertEquals(r.status, "done", tostring(r.reason))
+  local cache = dir .. "/out/models/pointer_tsp/n20-cache"
+  lu.assertStrContains(r.eval_command, "--label-cache " .. cache)
+  lu.assertStrContains(r.eval_command, "--train 0")
+  local p = assert(io.popen("ls " .. util.shell_quote(cache)))
+  local files = p:read("a")
+  p:close()
+  lu.assertStrContains(files, "seed7920")                   -- validation
+  lu.assertStrContains(files, "seed104730")                 -- test
+  local lines = {}
+  local report = reproduce.verify{mode = "tiny", out = dir .. "/out", results = dir .. "/results",
+                                  tables = "pointer_tsp", exe = exe(),
+                                  log = function(l) lines[#lines + 1] = l end}
+  lu.assertTrue(report.ok, table.concat(lines, "\n"))
+  lu.assertEquals(report.counts.ok, #r.rows)
+  lu.assertEquals(report.counts.not_shipped, 0)             -- n5, n10 were not run: no record
+  lu.assertStrContains(H.read_file(dir .. "/out/pointer_tsp/n20/eval/verify-log.txt"), "(tours read)")
+end
+
 function T.test_a_tampered_number_fails_with_its_row_named()
   local s = tiny()
   local dir = edited(s, "pointer_sort", function(j) j.runs.n5.rows[1].glimpse = "57.3%" end)

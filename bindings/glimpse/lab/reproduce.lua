@@ -205,6 +205,7 @@ local function do_run(o, tbl, run, words, dir, steps)
       if ev[i] == "--steps" then ev[i + 1] = "0" end
       if ev[i] == "--out" then ev[i + 1] = dir .. "/eval" end
       if run.eval_set and run.eval_set[ev[i]] ~= nil then ev[i + 1] = tostring(run.eval_set[ev[i]]) end
+      if ev[i] == run.eval_cache then ev[i + 1] = base .. "-cache" end
     end
     ev[#ev + 1], ev[#ev + 2] = "--load", rec.checkpoint
     rec.eval_command = join(ev)
@@ -214,6 +215,17 @@ local function do_run(o, tbl, run, words, dir, steps)
       return rec
     end
     ship(dir .. "/" .. run.checkpoint, rec.checkpoint, true)
+    if run.eval_cache then
+      -- what the re-evaluation computes slowly (tsp n=20's exact test tours) is kept beside
+      -- the checkpoint: the re-evaluate command runs once here and fills MODELS/<t>/<run>-cache
+      util.mkdir_p(base .. "-cache")
+      local eval_dir = dir .. "/eval"
+      util.mkdir_p(eval_dir)
+      if not os.execute(rec.eval_command .. " > " .. util.shell_quote(eval_dir .. "/log.txt") .. " 2>&1") then
+        o.log(string.format("reproduce: %s/%s: the re-evaluation that fills %s-cache failed; see %s/log.txt",
+                            tbl.name, run.id, base, eval_dir))
+      end
+    end
   else
     rec.no_eval = run.no_eval
     ship(mpath, base .. ".results.json")
