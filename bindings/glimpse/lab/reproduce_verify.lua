@@ -125,7 +125,7 @@ function M.verify(user)
   o.models = o.models or reproduce.models_of(o.mode, o.out)
   local tbls = reproduce.select(o.tables)
   local report = {rows = {}, counts = {ok = 0, mismatch = 0, failed = 0, not_shipped = 0},
-                  not_shipped = {}}
+                  not_shipped = {}, not_done = {}}
   local rows, counts = report.rows, report.counts
   local timer = util.Timer()
   for _, tbl in ipairs(tbls) do
@@ -133,7 +133,9 @@ function M.verify(user)
     for _, run in ipairs(tbl.runs) do
       local r = rec and rec.runs[run.id]
       local name = tbl.name .. "/" .. run.id
-      if r and r.status == "done" then
+      if not (r and r.status == "done") then
+        report.not_done[#report.not_done + 1] = name .. " (" .. (r and r.status or "not run") .. ")"
+      else
         if type(r.shipped) ~= "string" or not util.exists(r.shipped) then
           counts.not_shipped = counts.not_shipped + 1
           report.not_shipped[#report.not_shipped + 1] = name .. (type(r.shipped) == "string"
@@ -184,7 +186,8 @@ local function cell(v)
   return (tostring(v):gsub("|", "\\|"))
 end
 
---- verify.print(report, {log=, models=, limit_mb=, mode=}): the table and the summary lines
+--- verify.print(report, {log=, models=, limit_mb=, mode=}): the table, the runs not shipped
+--- and those without a done record, the summary lines
 function M.print(report, o)
   local log = o.log or print
   if #report.rows > 0 then
@@ -197,6 +200,9 @@ function M.print(report, o)
   end
   local c = report.counts
   for _, n in ipairs(report.not_shipped) do log("not shipped: " .. n) end
+  if #report.not_done > 0 then
+    log("no numbers recorded (nothing to verify): " .. table.concat(report.not_done, ", "))
+  end
   log(string.format("verify (%s): %d rows agree, %d mismatch, %d re-evaluations failed, %d runs " ..
                     "not shipped, in %.0fs", o.mode, c.ok, c.mismatch, c.failed, c.not_shipped,
                     report.seconds))
