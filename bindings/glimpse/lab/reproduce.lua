@@ -76,7 +76,7 @@ end
 M.join, M.shell_words = join, shell_words
 
 --- reproduce.verify{...}: re-scores the kept checkpoints (glimpse.lab.reproduce_verify)
-function M.verify(...) return require("glimpse.lab.reproduce_verify").verify(...) end
+function M.verify(user) return require("glimpse.lab.reproduce_verify").verify(user, M) end
 
 --- reproduce.normalize(command) -> the command as "done" compares it: without the
 --- executable (its path does not change the run), the script as scripts/<name>.lua, then the
