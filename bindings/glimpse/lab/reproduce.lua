@@ -7,8 +7,11 @@
 --
 -- RESULTS/<table>.json is rewritten after each run, so a killed reproduction resumes (a run
 -- done with the same command is kept: the same script and flags, whatever the executable's
--- path and the flags' order).  Outputs go to OUT/<table>/<run>/; each run records the
--- command that re-evaluates its checkpoint.  Modes: "full" (hours), "quick" (minutes),
+-- path and the flags' order).  Outputs go to OUT/<table>/<run>/; each done run's checkpoint
+-- (a compare table: its results.json) is kept in MODELS/<table>/<run>.* with a <run>.json
+-- (command, commit, rows) -- models/reproduce/, in the repository, for the full mode -- and
+-- its record holds the command that re-evaluates it; reproduce.verify (`make verify`)
+-- re-scores them all.  Modes: "full" (hours), "quick" (minutes),
 -- "tiny" (seconds: the tests); each mode keeps its own folders (OUT/mode.json and each
 -- RESULTS/<table>.json say whose they are, and another mode's run is refused there), so a
 -- quick run never replaces a full run's checkpoint or record.  An interrupted run is
@@ -358,7 +361,7 @@ end
 M.run_options = options.declare("reproduce.run", {
   {"mode", "string", nil, choices = {"full", "quick", "tiny"}, required = true,
    help = "full: the results page's budgets (hours); quick: minutes; tiny: seconds (tests)"},
-  {"out", "string", nil, required = true, help = "folder of the runs' checkpoints and outputs"},
+  {"out", "string", nil, required = true, help = "folder of the runs' own outputs"},
   {"results", "string", nil, required = true, help = "folder of the <table>.json records"},
   {"doc", "string", nil, required = true, help = "the markdown page written at the end"},
   {"models", "string", nil, help = "folder the runs' checkpoints (and the compare tables' "
