@@ -162,7 +162,8 @@ local TSP_STEPS = {[5] = {full = 5000, quick = 1000, tiny = 2},
 local TSP20_STEPS = {full = 100000, quick = 100, tiny = 2}
 local function tsp20_run()
   return {id = "n20", script = "scripts/pointer.lua", steps = TSP20_STEPS, checkpoint = "model.safetensors",
-          eval_set = EVAL_SET, eval_cache = "--label-cache",  -- its test tours kept, MODELS/pointer_tsp/n20-cache
+          -- its validation and test tours kept in MODELS/pointer_tsp/n20-cache
+          eval_set = EVAL_SET, eval_cache = "--label-cache",
           flags = function(mode)
             return cat({"--task", "tsp", "--n", 20, "--augment", "--label-cache", "out/cache/tsp-labels",
                         "--train", by(mode, {full = 20000, quick = 256, tiny = 8})},

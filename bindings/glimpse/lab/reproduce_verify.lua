@@ -95,7 +95,9 @@ local function rescore(run, r, exe)
     return {error = "the re-evaluate command failed; see " .. log}
   end
   local m = util.read_json(mpath)
-  if m.steps ~= nil and m.steps ~= 0 then return {error = "the re-evaluation trained (steps " .. tostring(m.steps) .. ")"} end
+  if m.steps ~= nil and m.steps ~= 0 then
+    return {error = "the re-evaluation trained (steps " .. tostring(m.steps) .. ")"}
+  end
   local rok, rows = pcall(run.rows, m, r.mode)
   return rok and {rows = rows} or {error = "reading " .. mpath .. ": " .. tostring(rows)}
 end
@@ -105,7 +107,8 @@ M.options = options.declare("reproduce.verify", {
    help = "whose records: full (results/, models/reproduce/), quick or tiny (OUT/results, OUT/models)"},
   {"results", "string", nil, help = "folder of the <table>.json records (default: the mode's)"},
   {"models", "string", nil, help = "folder of the kept checkpoints (default: the mode's)"},
-  {"out", "string", nil, help = "the mode's output folder (default out/reproduce-<mode>; full: out/reproduce)"},
+  {"out", "string", nil,
+   help = "the mode's output folder (default out/reproduce-<mode>; full: out/reproduce)"},
   {"tables", "table|string", nil, help = "table names, a list or a comma list (default all)"},
   {"exe", "string", "build/glimpse", help = "the glimpse executable the re-evaluations use"},
   {"limit_mb", "number", M.LIMIT_MB, range = {0, math.huge}, help = "the models folder's size limit"},
