@@ -1,7 +1,9 @@
 # glimpse -- build, test, demo.  `make` builds; `make test` installs what is missing (Debian
 # packages, as root), builds and runs every test; `make asan` does the same under
 # AddressSanitizer and UBSan; `make fuzz` runs the fuzzers (FUZZ_SECONDS, default 120) under
-# both; `make demo` trains a small model and shows its loss and maps.
+# both; `make demo` trains a small model and shows its loss and maps.  `make reproduce` trains
+# the papers' tables (hours; QUICK=1 minutes) and keeps their checkpoints in models/reproduce/;
+# `make verify` re-scores those checkpoints against results/*.json (minutes, no training).
 #
 # BUILD names the build folder, so several builds (plain, asan) can live side by side.
 #
@@ -173,6 +175,14 @@ demo: all
 .PHONY: reproduce
 reproduce: all
 	$(BUILD)/glimpse scripts/reproduce.lua $(if $(QUICK),--quick) $(if $(TINY),--tiny) $(REPRODUCE_ARGS)
+
+# the published numbers checked without training: every checkpoint kept in models/reproduce/
+# (QUICK=1, TINY=1: that mode's out/reproduce-<mode>/models) re-evaluated by its run's own
+# command and compared with results/*.json row by row; exits non-zero on a mismatch or when
+# models/reproduce/ is above 25 MB.  VERIFY_ARGS: e.g. --tables ntm_copy
+.PHONY: verify
+verify: all
+	$(BUILD)/glimpse scripts/reproduce.lua --verify $(if $(QUICK),--quick) $(if $(TINY),--tiny) $(VERIFY_ARGS)
 
 # install: install-lua, the executable, glimpse.so (require "glimpse" from a stock lua5.4),
 # the Lua library with the datasets (as glimpse.datasets.*), the MPI plugin, the shipped

@@ -360,11 +360,12 @@ end
 function T.test_reproduce_modes_keep_their_own_folders()
   -- the script's folders: full, quick and tiny apart
   local _, _, text = run(q(exe()) .. " scripts/reproduce.lua --quick --list")
-  lu.assertStrContains(text, "mode quick: checkpoints in out/reproduce-quick, records in " ..
-                             "out/reproduce-quick/results, page out/reproduce-quick/results.md")
+  lu.assertStrContains(text, "mode quick: outputs in out/reproduce-quick, checkpoints kept in " ..
+                             "out/reproduce-quick/models, records in out/reproduce-quick/results, " ..
+                             "page out/reproduce-quick/results.md")
   _, _, text = run(q(exe()) .. " scripts/reproduce.lua --list")
-  lu.assertStrContains(text, "mode full: checkpoints in out/reproduce, records in results, " ..
-                             "page docs/results.md")
+  lu.assertStrContains(text, "mode full: outputs in out/reproduce, checkpoints kept in " ..
+                             "models/reproduce, records in results, page docs/results.md")
   -- the full records refuse another mode's runs, and so does a full run's checkpoint folder
   local d = H.tmpdir()
   util.mkdir_p(d .. "/results")

@@ -7,8 +7,11 @@
 --
 -- RESULTS/<table>.json is rewritten after each run, so a killed reproduction resumes (a run
 -- done with the same command is kept: the same script and flags, whatever the executable's
--- path and the flags' order).  Outputs go to OUT/<table>/<run>/; each run records the
--- command that re-evaluates its checkpoint.  Modes: "full" (hours), "quick" (minutes),
+-- path and the flags' order).  Outputs go to OUT/<table>/<run>/; each done run's checkpoint
+-- (a compare table: its results.json) is kept in MODELS/<table>/<run>.* with a <run>.json
+-- (command, commit, rows) -- models/reproduce/, in the repository, for the full mode -- and
+-- its record holds the command that re-evaluates it; reproduce.verify (`make verify`)
+-- re-scores them all.  Modes: "full" (hours), "quick" (minutes),
 -- "tiny" (seconds: the tests); each mode keeps its own folders (OUT/mode.json and each
 -- RESULTS/<table>.json say whose they are, and another mode's run is refused there), so a
 -- quick run never replaces a full run's checkpoint or record.  An interrupted run is
@@ -72,6 +75,11 @@ local function shell_words(s)
   if #cur > 0 or quoted then words[#words + 1] = table.concat(cur) end
   return words
 end
+
+M.join, M.shell_words = join, shell_words
+
+--- reproduce.verify{...}: re-scores the kept checkpoints (glimpse.lab.reproduce_verify)
+function M.verify(user) return require("glimpse.lab.reproduce_verify").verify(user, M) end
 
 --- reproduce.normalize(command) -> the command as "done" compares it: without the
 --- executable (its path does not change the run), the script as scripts/<name>.lua, then the
@@ -141,6 +149,16 @@ function M.select(names)
   return out
 end
 
+-- src to dest atomically (a rename; across file systems a copy to a temp file renamed);
+-- move: src is gone after
+local function ship(src, dest, move)
+  util.mkdir_p(dest:match("^(.*)/[^/]*$") or ".")
+  if move and os.rename(src, dest) then return dest end
+  util.write_text(dest, util.read_text(src))
+  if move then os.remove(src) end
+  return dest
+end
+
 -- one run: the script's command, then its metrics.json turned into rows
 local function do_run(o, tbl, run, words, dir, steps)
   local rec = {id = run.id, command = join(words), steps = steps, mode = o.mode}
@@ -180,19 +198,54 @@ local function do_run(o, tbl, run, words, dir, steps)
     return rec
   end
   rec.status, rec.rows = "done", rows
+  -- what re-scores the run is kept in MODELS/<table>/<run>.*: the checkpoint (moved there),
+  -- or a compare table's results.json (its per-configuration records)
+  local base = o.models .. "/" .. tbl.name .. "/" .. run.id
   if run.checkpoint then
-    rec.checkpoint = dir .. "/" .. run.checkpoint
+    rec.checkpoint = base .. ".safetensors"
     local ev = {table.unpack(words)}
     for i = #ev, 1, -1 do
       if ev[i] == "--steps" then ev[i + 1] = "0" end
       if ev[i] == "--out" then ev[i + 1] = dir .. "/eval" end
+      if run.eval_set and run.eval_set[ev[i]] ~= nil then ev[i + 1] = tostring(run.eval_set[ev[i]]) end
+      if ev[i] == run.eval_cache then ev[i + 1] = base .. "-cache" end
     end
     ev[#ev + 1], ev[#ev + 2] = "--load", rec.checkpoint
     rec.eval_command = join(ev)
+    if not util.exists(dir .. "/" .. run.checkpoint) then
+      rec.status, rec.rows = "failed", nil
+      rec.reason = "the run wrote no " .. run.checkpoint .. "; see " .. dir .. "/log.txt"
+      return rec
+    end
+    ship(dir .. "/" .. run.checkpoint, rec.checkpoint, true)
+    if run.eval_cache then
+      -- what the re-evaluation computes slowly (tsp n=20's exact test tours) is kept beside
+      -- the checkpoint: the re-evaluate command runs once here and fills MODELS/<t>/<run>-cache
+      util.mkdir_p(base .. "-cache")
+      local eval_dir = dir .. "/eval"
+      util.mkdir_p(eval_dir)
+      if not os.execute(rec.eval_command .. " > " .. util.shell_quote(eval_dir .. "/log.txt") .. " 2>&1") then
+        o.log(string.format("reproduce: %s/%s: the re-evaluation that fills %s-cache failed; see %s/log.txt",
+                            tbl.name, run.id, base, eval_dir))
+      end
+    end
   else
     rec.no_eval = run.no_eval
+    ship(mpath, base .. ".results.json")
   end
+  rec.shipped = run.checkpoint and rec.checkpoint or base .. ".results.json"
+  local m0 = rec.machine
+  util.write_json(base .. ".json", {table = tbl.name, run = run.id, mode = o.mode,
+    command = rec.command, eval_command = rec.eval_command, shipped = rec.shipped,
+    commit = m0.commit, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), steps = steps,
+    seconds = rec.seconds, rows = rows}, {indent = 2})
   return rec
+end
+
+--- reproduce.models_of(mode, out) -> the folder a mode keeps its checkpoints in: full
+--- "models/reproduce" (in the repository), quick and tiny OUT/models
+function M.models_of(mode, out)
+  return mode == "full" and "models/reproduce" or out .. "/models"
 end
 
 local STATUSES = {done = true, failed = true, interrupted = true}
@@ -308,16 +361,19 @@ end
 M.run_options = options.declare("reproduce.run", {
   {"mode", "string", nil, choices = {"full", "quick", "tiny"}, required = true,
    help = "full: the results page's budgets (hours); quick: minutes; tiny: seconds (tests)"},
-  {"out", "string", nil, required = true, help = "folder of the runs' checkpoints and outputs"},
+  {"out", "string", nil, required = true, help = "folder of the runs' own outputs"},
   {"results", "string", nil, required = true, help = "folder of the <table>.json records"},
   {"doc", "string", nil, required = true, help = "the markdown page written at the end"},
+  {"models", "string", nil, help = "folder the runs' checkpoints (and the compare tables' "
+   .. "records) are kept in, as MODELS/<table>/<run>.* (default: full models/reproduce, the "
+   .. "repository's; quick and tiny OUT/models)"},
   {"tables", "table|string", nil, help = "table names, a list or a comma list (default all)"},
   {"runs", "table|string", nil, help = "run ids, a list or a comma list (default all)"},
   {"exe", "string", "build/glimpse", help = "the glimpse executable the runs use"},
   {"log", "function", nil, help = "function(line) for the progress lines (default print)"},
 })
 
---- reproduce.run{mode="full"|"quick"|"tiny", out=, results=, doc=, tables=, runs=, exe=, log=}
+--- reproduce.run{mode="full"|"quick"|"tiny", out=, results=, doc=, models=, tables=, runs=, exe=, log=}
 --- -> {table name -> record}: runs what is not done yet, writes RESULTS/<table>.json after
 --- every run and the page DOC (markdown) at the end (every table with a RESULTS/<table>.json:
 --- a run of some tables keeps the others' rows).  runs: run ids (a list or comma list; nil:
@@ -333,6 +389,7 @@ function M.run(user)
     if o[k] == "" then fail(2, "reproduce.run: option '%s' must be a path, got ''", k) end
   end
   o.log = o.log or print
+  o.models = o.models or M.models_of(o.mode, o.out)
   local tbls = M.select(o.tables)
   local only = id_set(o.runs, tbls)
   -- every record is read (and checked) and every folder's mode compared before anything runs
@@ -409,11 +466,20 @@ function M.write_page(path, tbls, records, o)
                .. "glimpse " .. tostring(m.glimpse) .. " (page written at commit " .. tostring(m.commit) .. "). "
                .. "Each run's wall time and the machine's load average when it started are in "
                .. "its line: the numbers come from the step budgets, the times move with the "
-               .. "load. A run of some tables (`--tables`) keeps the others' rows.", ""}
-  local modes, order = {}, {}
+               .. "load. A run of some tables (`--tables`) keeps the others' rows.", "",
+             "To check the numbers without training: `make verify"
+               .. (o.mode == "quick" and " QUICK=1" or o.mode == "tiny" and " TINY=1" or "")
+               .. "` re-evaluates every kept checkpoint (" .. (o.mode == "full" and
+               "models/reproduce/, part of the repository" or "the mode's models/ folder")
+               .. ") with its run's re-evaluate command and compares each row with the "
+               .. "recorded one (every number within one unit of its last printed digit); "
+               .. "a compare table's rows are computed again from its kept results.json. "
+               .. "How: [experiments/reproduce.md](experiments/reproduce.md#verifying-the-numbers).", ""}
+  local modes, order, kept, done = {}, {}, 0, 0
   for _, tbl in ipairs(tbls) do
     for _, r in pairs((records[tbl.name] or {runs = {}}).runs) do
       if r.status == "done" then
+        done, kept = done + 1, kept + (r.shipped and 1 or 0)
         if not modes[r.mode] then order[#order + 1] = r.mode end
         modes[r.mode] = (modes[r.mode] or 0) + 1
       end
@@ -423,6 +489,8 @@ function M.write_page(path, tbls, records, o)
   for i, k in ipairs(order) do order[i] = string.format("%d %s", modes[k], k) end
   L[#L + 1] = "Runs done, by mode: " .. (#order > 0 and table.concat(order, ", ") or "none")
               .. (modes.full and "." or " (no full run yet: these are not the full budgets' numbers).")
+              .. string.format(" Kept for `make verify`: %d of the %d done runs%s.", kept, done,
+                               kept < done and " (the others were run before checkpoints were kept)" or "")
   L[#L + 1] = ""
   for _, tbl in ipairs(tbls) do
     local rec = records[tbl.name] or {runs = {}}
@@ -455,9 +523,18 @@ function M.write_page(path, tbls, records, o)
                                   commit and (", commit " .. commit) or "")
         L[#L + 1] = "  - `" .. r.command .. "`"
         if r.eval_command then
-          L[#L + 1] = "  - re-evaluate: `" .. r.eval_command .. "`"
+          L[#L + 1] = "  - re-evaluate" .. ((r.shipped or r.status ~= "done") and ""
+                        or " (where the run was made: its checkpoint is not in the repository)")
+                      .. ": `" .. r.eval_command .. "`"
         elseif r.no_eval then
           L[#L + 1] = "  - re-evaluate: " .. r.no_eval
+        end
+        if r.status == "done" then
+          L[#L + 1] = r.shipped and ("  - kept: `" .. r.shipped .. "` (with `" ..
+                        r.shipped:gsub("%.results%.json$", ""):gsub("%.safetensors$", "") ..
+                        ".json`: its command, commit and rows)")
+                      or "  - kept: nothing (run before the checkpoints were kept in the " ..
+                         "repository: not shipped, `make verify` lists it as such)"
         end
       end
     end
