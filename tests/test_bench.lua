@@ -25,11 +25,8 @@ end
 
 -- run a command line; -> stdout and stderr, whether it exited 0
 local function sh(line)
-  local out = os.tmpname()
-  local ok = os.execute(line .. " > " .. H.sh_quote(out) .. " 2>&1")
-  local text = H.read_file(out) or ""
-  os.remove(out)
-  return text, ok == true
+  local ok, _, out = H.run(line)
+  return out or "", ok
 end
 
 -- the last JSON line of a command's output

@@ -149,21 +149,8 @@ local function check_kv(kv, B, n, dh, what, fname, level)
   return kv.k.shape[3]
 end
 
--- what removes a score from the running maxima (top_k), as mh_variants
-local BIG = 1e9
-
--- (B,h,Tq,Tk) 0/1: the top_k largest scores among the visible keys of each row (ties at the
--- k-th value all kept), as attention.multi_head's top_k
-local function top_k_keep(S, full, k)
-  if k >= S.shape[4] then return full end
-  return glimpse.no_grad(function()
-    local cur = S:detach()
-    if full then cur = cur + (full - 1) * BIG end
-    for _ = 1, k - 1 do cur = cur - cur:ge(cur:max(4, true)) * BIG end
-    local keep = S:detach():ge(cur:max(4, true))
-    return full and keep * full or keep
-  end)
-end
+-- the top_k rows' keep mask, as attention.multi_head's top_k
+local top_k_keep = variants.top_k_keep
 
 -- q (B,h,Tq,dh) over k, v (B,kv,Tk,dh): out (B,Tq,d), weights (B,Tq,Tk) or nil; under
 -- attention.capture the per-head weights are filed under p.module (else who).

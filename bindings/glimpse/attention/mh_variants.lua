@@ -131,8 +131,9 @@ local function visible(o, B, Tq, Tk, fname)
   return full
 end
 
--- (B,h,Tq,Tk) 0/1: the top_k largest scores among the visible keys of each row (ties at the
--- k-th value are all kept); k passes of a row max, outside the tape
+--- mh_variants.top_k_keep(S (B,h,Tq,Tk), full 0/1 or nil, k) -> (B,h,Tq,Tk) 0/1: the top_k
+--- largest scores among the visible keys of each row (ties at the k-th value are all kept);
+--- k passes of a row max, outside the tape (the cached step uses it too)
 local function top_k_keep(S, full, k)
   if k >= S.shape[4] then return full end
   return glimpse.no_grad(function()
@@ -143,6 +144,8 @@ local function top_k_keep(S, full, k)
     return full and keep * full or keep
   end)
 end
+
+M.top_k_keep = top_k_keep
 
 -- elu(x) + 1 = relu(x) + exp(min(x, 0)), positive everywhere
 local function phi(x)
