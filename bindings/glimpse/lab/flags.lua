@@ -156,17 +156,7 @@ function M.int_flags(parser, bounds)
   return parser
 end
 
--- the option targets the parser knows ("time_limit" for --time-limit), key -> true
-local function targets(parser)
-  local out = {}
-  for _, o in ipairs(parser._options or {}) do
-    local t = o._target or o:_get_default_target()
-    if t then out[t] = true end
-  end
-  return out
-end
-
--- target -> the argparse option that sets it
+-- target ("time_limit" for --time-limit) -> the argparse option that sets it
 local function options_by_target(parser)
   local out = {}
   for _, o in ipairs(parser._options or {}) do
@@ -246,8 +236,8 @@ function M.parse(parser, argv, opts)
   local given = explicit(list)
   local chosen = {}                 -- the flags the user set: on the command line or --config
   for k in pairs(given) do chosen[k] = true end
-  local known = targets(parser)
   local by_target = options_by_target(parser)
+  local known = by_target
   local spec_names = {}
   for _, sn in ipairs(rawget(parser, "_glimpse_specs") or {}) do
     for _, name in ipairs(sn[2]) do spec_names[name] = true end
