@@ -312,6 +312,46 @@ function T.test_every_recipe_builds_a_captioner_that_trains_a_step()
   end
 end
 
+-- length_aux: a head on h_t predicts log(words left); the loss adds length_aux times its
+-- squared error over real steps, by hand; its gradient reaches the LSTM and W_g; saved, loaded
+function T.test_length_aux_adds_the_words_left_regression_of_h_t()
+  local b = batch(CAPS)                                       -- 4, 8 and 3 real steps
+  glimpse.manual_seed(11)
+  local cap = hard({length_aux = 0.5, global_feature = true, hard_eval = "argmax"})
+  lu.assertNil(hard().length_head)                            -- off by default
+  glimpse.no_grad(function() cap.global_in.weight:uniform_(-0.3, 0.3) end)
+  cap.attention.soft_prob = 1
+  local a = glimpse.no_grad(function() return cap:annotate(b.images) end)
+  glimpse.manual_seed(12)
+  local loss, info = cap:loss(a, b.captions_in, b.captions_out, b.mask)
+  local _, _, st = glimpse.no_grad(function()
+    return cap:forward(a, b.captions_in, {use_soft = true}) end)
+  local pred = glimpse.no_grad(function() return cap.length_head(st.hs) end)
+  local want, n = 0, 0
+  for i, len in ipairs({4, 8, 3}) do
+    for t = 1, len do
+      want, n = want + (pred[i][t][1]:item() - math.log(len - t + 1)) ^ 2, n + 1
+    end
+  end
+  lu.assertAlmostEquals(info.length_aux, want / n, FLOAT_TOL)
+  lu.assertAlmostEquals(loss:item(), info.nll + info.ds * 3 / n + 0.5 * want / n, FLOAT_TOL)
+  loss:backward()
+  lu.assertTrue(cap.global_in.weight.grad:abs():sum():item() > 0)
+  lu.assertTrue(glimpse.gradcheck(function()
+    return cap:length_loss(select(3, cap:forward(a, b.captions_in, {use_soft = true})).hs, b.mask)
+  end, {cap.length_head.weight, cap.lstm.weight_hh}, {eps = 1e-2, atol = 2e-3, rtol = 3e-2,
+                                                      max_elements = 30}))
+  local path = os.tmpname()
+  cap:save(path)
+  local back = require("glimpse.models.captioner").Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals(back.config.length_aux, 0.5)
+  lu.assertEquals((back.length_head.weight - cap.length_head.weight):abs():max():item(), 0)
+  local ok, e = pcall(tiny, {length_aux = -1})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(e), "length_aux")
+end
+
 function T.test_bad_hard_options_give_clear_errors()
   local function err(o, ...)
     local ok, e = pcall(tiny, o)

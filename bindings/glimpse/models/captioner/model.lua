@@ -73,6 +73,7 @@ end
 -- "marginal").  coords appends each cell's (x, y) in [-1,1]; global_feature adds W_g mean_i
 -- a_i to the LSTM input and global_output L_g mean_i a_i to the deep output; whole_image
 -- makes the mean annotation one more cell (the maps returned stay the grid's L columns).
+-- length_aux > 0 adds a head on h_t trained to predict log(words left), see cap:loss.
 -- length_penalty: GNMT's alpha for cap:caption.  image: what cap:prepare does to an image.
 function Captioner:init(o)
   local c = copts.config(o, 3)
@@ -114,6 +115,7 @@ function Captioner:init(o)
   else
     self.out = nn.Linear(H, V)
   end
+  if c.length_aux > 0 then self.length_head = nn.Linear(H, 1) end   -- log words left, from h_t
   rawset(self, "baseline", att.baseline(c.baseline_decay))
   rawset(self, "entropy_weight", c.entropy)
   if not c.fine_tune then self.encoder:evaluate() end
@@ -339,7 +341,9 @@ function Captioner:forward(x, captions_in, opts)
   end
   local go = self:_global_output(a)
   if go then go = go:reshape(B, 1, go.shape[2]) end
-  local logits = self:_logits(ey, glimpse.stack(hs, 2), glimpse.stack(zs, 2), go)
+  local hstack = glimpse.stack(hs, 2)
+  local logits = self:_logits(ey, hstack, glimpse.stack(zs, 2), go)
+  st.hs = hstack                                               -- (B,T,H): h_t (length_aux)
   st.betas = self.gate and glimpse.stack(betas, 2):detach() or nil
   st.alphas = glimpse.stack(alphas, 2)                         -- every cell's (the penalty's)
   local L = a.shape[2]
