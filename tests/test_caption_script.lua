@@ -125,9 +125,10 @@ function T.test_help_lists_every_flag_the_script_always_had_with_its_default()
   for f in ([[--anneal --att --attention --baseline --batch --beam --channels --clip --clutter
       --config --dataset --distributed --dropout --ds --embed --encoder --encoder-weights
       --entropy --entropy-end --epochs --estimator --eval-every --fine-tune --global-output
-      --hard-eval --hidden --image-size --images --init --karpathy --length-penalty --load
+      --hard-eval --hidden --image-size --images --init --karpathy --length-aux --length-penalty --load
       --log-every --lr --lr-decay --max-len --min-count --mix --no-batch-norm --no-coords
       --no-deep-output --no-gate --no-global-feature --out --output-tanh --overlays --quick
+      --unseen-feature
       --recipe --reward-weight --samples --score --seed --soft-prob --soft-prob-end --steps
       --tau --test --threads --time-limit --train --valid --whole-image]]):gmatch("%S+") do
     lu.assertNotNil(out:find("\n%s+" .. f:gsub("%-", "%%-") .. "[ \n]"), f)   -- a help line

@@ -255,8 +255,10 @@ end
 
 function T.test_gradcheck_of_the_loss_through_attention_gate_lstm_and_deep_output()
   glimpse.manual_seed(5)
-  local cap = tiny({doubly_stochastic = 0.5, global_feature = true, global_output = true})
+  local cap = tiny({doubly_stochastic = 0.5, global_feature = true, global_output = true,
+                    unseen_feature = true})
   glimpse.no_grad(function() cap.out_g.weight:uniform_(-0.3, 0.3) end)
+  glimpse.no_grad(function() cap.unseen_in.weight:uniform_(-0.3, 0.3) end)
   -- v = 0 would make the attention uniform and cut the gradient to W and U
   glimpse.no_grad(function() cap.attention.v:uniform_(-1, 1) end)
   local b = batch({{"a", "red", "circle"}, {"a", "square", "below", "a", "circle"}})
@@ -264,7 +266,7 @@ function T.test_gradcheck_of_the_loss_through_attention_gate_lstm_and_deep_outpu
   local function f() return (cap:loss(a, b.captions_in, b.captions_out, b.mask)) end
   local checks = {cap.attention.v, cap.attention.query_proj.weight, cap.attention.key_proj.weight,
                   cap.gate.weight, cap.lstm.weight_ih, cap.out_z.weight, cap.init_h.weight,
-                  cap.embed.weight, cap.global_in.weight, cap.out_g.weight}
+                  cap.embed.weight, cap.global_in.weight, cap.out_g.weight, cap.unseen_in.weight}
   for _, p in ipairs(checks) do
     lu.assertTrue(glimpse.gradcheck(function() return f() end, {p},
                                     {eps = GRAD_EPS, atol = GRAD_ATOL, rtol = GRAD_RTOL,

@@ -312,6 +312,102 @@ function T.test_every_recipe_builds_a_captioner_that_trains_a_step()
   end
 end
 
+-- length_aux: a head on h_t predicts log(words left); the loss adds length_aux times its
+-- squared error over real steps, by hand; its gradient reaches the LSTM and W_g; saved, loaded
+function T.test_length_aux_adds_the_words_left_regression_of_h_t()
+  local b = batch(CAPS)                                       -- 4, 8 and 3 real steps
+  glimpse.manual_seed(11)
+  local cap = hard({length_aux = 0.5, global_feature = true, hard_eval = "argmax"})
+  lu.assertNil(hard().length_head)                            -- off by default
+  glimpse.no_grad(function() cap.global_in.weight:uniform_(-0.3, 0.3) end)
+  cap.attention.soft_prob = 1
+  local a = glimpse.no_grad(function() return cap:annotate(b.images) end)
+  glimpse.manual_seed(12)
+  local loss, info = cap:loss(a, b.captions_in, b.captions_out, b.mask)
+  local _, _, st = glimpse.no_grad(function()
+    return cap:forward(a, b.captions_in, {use_soft = true}) end)
+  local pred = glimpse.no_grad(function() return cap.length_head(st.hs) end)
+  local want, n = 0, 0
+  for i, len in ipairs({4, 8, 3}) do
+    for t = 1, len do
+      want, n = want + (pred[i][t][1]:item() - math.log(len - t + 1)) ^ 2, n + 1
+    end
+  end
+  lu.assertAlmostEquals(info.length_aux, want / n, FLOAT_TOL)
+  lu.assertAlmostEquals(loss:item(), info.nll + info.ds * 3 / n + 0.5 * want / n, FLOAT_TOL)
+  loss:backward()
+  lu.assertTrue(cap.global_in.weight.grad:abs():sum():item() > 0)
+  lu.assertTrue(glimpse.gradcheck(function()
+    return cap:length_loss(select(3, cap:forward(a, b.captions_in, {use_soft = true})).hs, b.mask)
+  end, {cap.length_head.weight, cap.lstm.weight_hh}, {eps = 1e-2, atol = 2e-3, rtol = 3e-2,
+                                                      max_elements = 30}))
+  local path = os.tmpname()
+  cap:save(path)
+  local back = require("glimpse.models.captioner").Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals(back.config.length_aux, 0.5)
+  lu.assertEquals((back.length_head.weight - cap.length_head.weight):abs():max():item(), 0)
+  local ok, e = pcall(tiny, {length_aux = -1})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(e), "length_aux")
+end
+
+-- unseen_feature: W_u from zero (the model without it); with W_u set, step t's LSTM input
+-- gains W_u u_t, u_t the annotations weighted by max(0, 1 - the attention had before t),
+-- averaged (checked against the steps by hand); decoding carries the coverage along its
+-- beams (batch = single for every rule); saved and loaded
+function T.test_unseen_feature_reads_what_attention_has_not_covered_yet()
+  glimpse.manual_seed(21)
+  local b = batch(CAPS)
+  local with = hard({unseen_feature = true, hard_eval = "argmax"})
+  local without = hard({hard_eval = "argmax"})
+  without:load_state_dict(with:state_dict(), {strict = false})
+  with:evaluate(); without:evaluate()
+  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
+  lu.assertEquals(with.unseen_in.weight:abs():max():item(), 0)
+  local function fwd(m) return glimpse.no_grad(function() return m:forward(a, b.captions_in) end) end
+  lu.assertEquals((fwd(with) - fwd(without)):abs():max():item(), 0)
+  glimpse.no_grad(function() with.unseen_in.weight:uniform_(-0.5, 0.5) end)
+  local logits, alphas = fwd(with)
+  -- by hand: the same steps with W_u u_t added to the embedding's share of the LSTM input
+  glimpse.no_grad(function()
+    local B, T, L = 3, b.captions_in.shape[2], a.shape[2]
+    local We, Wz = with:_split_lstm()
+    local xe = glimpse.linear(with.embed(b.captions_in), We, with.lstm.bias_ih)
+    local h, c = with:initial_state(a)
+    local st = with:_attention_state(a)
+    local cov = glimpse.zeros(B, L)
+    for t = 1, T do
+      local u = glimpse.zeros(B, a.shape[3])
+      for i = 1, L do
+        local w = (1 - cov:select(2, i)):clamp(0, 1):reshape(B, 1)
+        u = u + a:select(2, i) * w / L
+      end
+      local z, alpha
+      h, c, z, alpha, st = with:_step(xe:select(2, t) + with.unseen_in(u), h, c, a, st, Wz)
+      lu.assertTrue((alpha - alphas:select(2, t)):abs():max():item() < FLOAT_TOL)
+      cov = cov + alpha
+    end
+  end)
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  for _, rule in ipairs({"argmax", "region", "marginal"}) do
+    with:set_hard_eval(rule)
+    lu.assertEquals(with:caption(imgs[2], {beam = 3}), with:caption(imgs, {beam = 3})[2], rule)
+    lu.assertEquals(with:caption(imgs[1], {beam = 1}), with:caption(imgs, {beam = 1})[1], rule)
+  end
+  with:train()
+  local loss = with:loss(a, b.captions_in, b.captions_out, b.mask)
+  loss:backward()
+  lu.assertTrue(with.unseen_in.weight.grad:abs():sum():item() > 0)
+  with:evaluate()
+  local path = os.tmpname()
+  with:save(path)
+  local back = require("glimpse.models.captioner").Captioner.load(path)
+  os.remove(path)
+  lu.assertTrue(back.config.unseen_feature)
+  lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
+end
+
 function T.test_bad_hard_options_give_clear_errors()
   local function err(o, ...)
     local ok, e = pcall(tiny, o)

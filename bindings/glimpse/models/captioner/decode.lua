@@ -45,7 +45,7 @@ function Captioner:_decode_state(a)
     else fixed[k] = v end
   end
   return {h = h, c = c, a = av, cache = cache, g = self:_global_input(a),
-          go = self:_global_output(a)}, fixed
+          go = self:_global_output(a), cov = self:_first_coverage(av)}, fixed
 end
 
 -- the attention cache of one step: the fixed (weight) entries and the state's per-row ones
@@ -78,6 +78,7 @@ function Captioner:_marginal_step(fixed, ban)
     local ey = self.embed(tokens)                               -- (N,E)
     local xe = glimpse.linear(ey, We, self.lstm.bias_ih)        -- (N,4H)
     if s.g then xe = xe + s.g end
+    if s.cov then xe = xe + self:_unseen_input(s.a, s.cov) end
     local st = {cache = step_cache(fixed, s), keys = s.a, values = s.a, t = 0, logps = {},
                 entropies = {}}
     local rule = attn.hard_eval
@@ -106,7 +107,7 @@ function Captioner:_marginal_step(fixed, ban)
     local mix = (lp + lw:reshape(N, M, 1)):logsumexp(2)          -- (N,V)
     return mix:reshape(N, V) + ban, {hs = h2:reshape(N, M, H), cs = c2:reshape(N, M, H),
                                      lw = lw, g = s.g, go = s.go, lp = lp, a = s.a,
-                                     cache = s.cache}, alpha
+                                     cache = s.cache, cov = s.cov and s.cov + alpha}, alpha
   end
 end
 
@@ -123,11 +124,13 @@ function Captioner:_decode_step(fixed)
     local ey = self.embed(tokens)                               -- (N,E)
     local xe = glimpse.linear(ey, We, self.lstm.bias_ih)
     if s.g then xe = xe + s.g end
+    if s.cov then xe = xe + self:_unseen_input(s.a, s.cov) end
     local st = {cache = step_cache(fixed, s), keys = s.a, values = s.a, t = 0, logps = {},
                 entropies = {}, grid = self:_grid_of(s.a), extra = self:_extra_cells()}
     local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
     local lp = glimpse.log_softmax(self:_logits(ey, h, z, s.go), 2) + ban
-    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go}, alpha
+    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go,
+                cov = s.cov and s.cov + alpha}, alpha
   end
 end
 

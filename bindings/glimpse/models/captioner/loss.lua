@@ -5,6 +5,7 @@
 --     log p(s|a) - lambda_e H[s], with a per-word baseline b (moving average, or with K > 1
 --     samples per caption the mean of the other K-1: baseline = "loo"); estimator = "gumbel"
 --     leaves REINFORCE out (the straight-through gradient flows through nn.Attention).
+--   + length_aux > 0: length_aux times cap:length_loss (h_t predicts log(words left)).
 -- Sentence-level terms are divided by the number of real tokens in the batch, as the
 -- cross-entropy is, which keeps the paper's ratio between them.  Methods of the Captioner
 -- (model.lua mixes them into the class).
@@ -20,6 +21,22 @@ local Captioner = {}   -- methods
 --- over captions: lambda sum_i (1 - sum_t alpha_ti)^2 (steps where mask is 0 do not count).
 function Captioner:penalty(alphas, mask)
   return att.doubly_stochastic(alphas, {tgt_mask = mask, weight = self.config.doubly_stochastic})
+end
+
+--- cap:length_loss(hs (B,T,H), mask (B,T)) -> the squared error of length_head(h_t) against
+--- log(n_t), n_t = the real words from step t to the caption's end (<end> included), summed
+--- over real steps and divided by their number: the decoder's state must say how much is left
+--- to write, which for captions that name every item is how many items are left to name.
+function Captioner:length_loss(hs, mask)
+  local B, T = mask.shape[1], mask.shape[2]
+  local U = {}                                                  -- U[s][t] = 1 for s >= t
+  for s = 1, T do
+    U[s] = {}
+    for t = 1, T do U[s][t] = s >= t and 1 or 0 end
+  end
+  local left = mask:matmul(glimpse.tensor(U))                   -- (B,T): words left at t
+  local err = (self.length_head(hs):reshape(B, T) - left:clamp(1, math.huge):log()) * mask
+  return (err * err):sum() / math.max(mask:sum():item(), 1)
 end
 
 -- t (B,...) with every row repeated K times, rows b*K+1 .. b*K+K
@@ -61,6 +78,11 @@ function Captioner:_pass(a, captions_in, captions_out, mask, use_soft, soft_rows
     loss = loss + ds * (B / ntok)
   else
     info.ds = 0
+  end
+  if self.config.length_aux > 0 then                          -- h_t predicts log(words left)
+    local la = self:length_loss(st.hs, mask)
+    info.length_aux = la:item()
+    loss = loss + la * self.config.length_aux
   end
   if hard and not st.use_soft and self.config.estimator == "reinforce" then
     local logp, H = self.attention:reinforce_terms(st, mask)

@@ -73,6 +73,9 @@ end
 -- "marginal").  coords appends each cell's (x, y) in [-1,1]; global_feature adds W_g mean_i
 -- a_i to the LSTM input and global_output L_g mean_i a_i to the deep output; whole_image
 -- makes the mean annotation one more cell (the maps returned stay the grid's L columns).
+-- unseen_feature adds W_u u_t to the LSTM input, u_t the mean of the annotations weighted by
+-- the attention they have not had yet (W_u from 0, as W_g).
+-- length_aux > 0 adds a head on h_t trained to predict log(words left), see cap:loss.
 -- length_penalty: GNMT's alpha for cap:caption.  image: what cap:prepare does to an image.
 function Captioner:init(o)
   local c = copts.config(o, 3)
@@ -103,6 +106,10 @@ function Captioner:init(o)
     self.global_in = nn.Linear(D, 4 * H, {bias = false})
     glimpse.no_grad(function() self.global_in.weight:zero_() end)
   end
+  if c.unseen_feature then                                      -- ... and W_u u_t, from 0
+    self.unseen_in = nn.Linear(D, 4 * H, {bias = false})
+    glimpse.no_grad(function() self.unseen_in.weight:zero_() end)
+  end
   if c.deep_output then
     self.out_h = nn.Linear(H, E)                                -- L_h
     self.out_z = nn.Linear(D, E)                                -- L_z
@@ -114,6 +121,7 @@ function Captioner:init(o)
   else
     self.out = nn.Linear(H, V)
   end
+  if c.length_aux > 0 then self.length_head = nn.Linear(H, 1) end   -- log words left, from h_t
   rawset(self, "baseline", att.baseline(c.baseline_decay))
   rawset(self, "entropy_weight", c.entropy)
   if not c.fine_tune then self.encoder:evaluate() end
@@ -227,6 +235,21 @@ function Captioner:_global_input(a)
   return self.global_in(a:mean(2))
 end
 
+-- unseen_feature: W_u u_t (B,4H), u_t = 1/L sum_i max(0, 1 - cov_i) a_i with cov (B,L') the
+-- attention each cell of av (B,L',D) has had before step t (detached); nil without it
+function Captioner:_unseen_input(av, cov)
+  if not cov then return nil end
+  local B, L = cov.shape[1], cov.shape[2]
+  local w = (1 - cov):clamp(0, 1):reshape(B, 1, L)
+  return self.unseen_in(w:matmul(av):reshape(B, av.shape[3]) / L)
+end
+
+-- the coverage at the first step: zeros (B,L') with unseen_feature, else nil
+function Captioner:_first_coverage(av)
+  if not self.config.unseen_feature then return nil end
+  return glimpse.zeros(av.shape[1], av.shape[2])
+end
+
 -- global_output: the mean annotation's share of the deep output, L_g v (B,E); nil without it
 function Captioner:_global_output(a)
   if not self.config.global_output then return nil end
@@ -331,15 +354,21 @@ function Captioner:forward(x, captions_in, opts)
     st.soft_rows = glimpse.rand(B, 1):lt(opts.soft_rows)
   end
   local hs, zs, alphas, betas = {}, {}, {}, {}
+  local cov = self:_first_coverage(av)
   for t = 1, T do
     local z, alpha, beta
-    h, c, z, alpha, st, beta = self:_step(xe:select(2, t), h, c, av, st, Wz)
+    local xt = xe:select(2, t)
+    if cov then xt = xt + self:_unseen_input(av, cov) end
+    h, c, z, alpha, st, beta = self:_step(xt, h, c, av, st, Wz)
+    if cov then cov = cov + alpha:detach() end
     hs[t], zs[t], alphas[t] = h, z, alpha
     if beta then betas[t] = beta:reshape(B) end
   end
   local go = self:_global_output(a)
   if go then go = go:reshape(B, 1, go.shape[2]) end
-  local logits = self:_logits(ey, glimpse.stack(hs, 2), glimpse.stack(zs, 2), go)
+  local hstack = glimpse.stack(hs, 2)
+  local logits = self:_logits(ey, hstack, glimpse.stack(zs, 2), go)
+  st.hs = hstack                                               -- (B,T,H): h_t (length_aux)
   st.betas = self.gate and glimpse.stack(betas, 2):detach() or nil
   st.alphas = glimpse.stack(alphas, 2)                         -- every cell's (the penalty's)
   local L = a.shape[2]

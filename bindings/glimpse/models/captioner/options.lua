@@ -52,8 +52,14 @@ M.OPTIONS = options.declare("Captioner", {
    help = "the mean annotation in the LSTM input at every step (Anderson et al. 2018)"},
   {"global_output", "boolean", false,
    help = "the mean annotation in the deep output layer too"},
+  {"unseen_feature", "boolean", false, help = "the annotations weighted by the attention " ..
+   "they have not had yet, max(0, 1 - sum_{s<t} alpha_si), averaged, in the LSTM input at " ..
+   "every step (coverage: what is left to describe)"},
   {"whole_image", "boolean", false, help = "the mean annotation as one more cell to attend " ..
    "to (hard: can read the whole image)"},
+  {"length_aux", "number", 0, range = {0}, help = "weight of an auxiliary loss: h_t " ..
+   "predicts log(words left in the caption), so the state must know how much is left to " ..
+   "name (0: off)"},
   {"dropout", "number", 0, range = {0, 0.99}, help = "dropout on the deep output"},
   {"fine_tune", "boolean", true, help = "train the encoder too (false: frozen, no tape)"},
   {"max_len", "int", 30, range = {1}, help = "longest caption (words)"},
