@@ -137,12 +137,7 @@ function Captioner:loss(x, captions_in, captions_out, mask, opts)
     check.fail(2, "%s: mask must be (B,T) = [%d,%d] like the captions, got %s", fname, B, T,
                check.shape(mask))
   end
-  local V = self.vocab:size()
-  local mx, mn = captions_out:max():item(), captions_out:min():item()
-  if mn < 1 or mx > V then
-    check.fail(2, "%s: caption ids must lie in 1..%d (the vocabulary), got %g..%g", fname, V,
-               mn, mx)
-  end
+  self:_check_ids(captions_out, fname, 3)
   local a = self:_annotations(x, fname, 2)
   if a.shape[1] ~= B then check.fail(2, "%s: %d images but %d captions", fname, a.shape[1], B) end
   local hard = self.config.attention == "hard" and self.training

@@ -209,6 +209,16 @@ function Captioner:_coords(h, w)
 end
 
 -- annotations from images (B,C,H,W) or given directly as (B,L,D)
+-- an error at `level` unless every id of the (B,T) captions lies in the vocabulary 1..V
+function Captioner:_check_ids(ids, fname, level)
+  local V = self.vocab:size()
+  local mx, mn = ids:max():item(), ids:min():item()
+  if mn < 1 or mx > V then
+    check.fail(level, "%s: caption ids must lie in 1..%d (the vocabulary), got %g..%g", fname,
+               V, mn, mx)
+  end
+end
+
 function Captioner:_annotations(x, fname, level)
   if glimpse.is_tensor(x) and x:dim() == 4 then return (self:annotate(x)) end
   if glimpse.is_tensor(x) and x:dim() == 3 then
@@ -334,12 +344,7 @@ function Captioner:forward(x, captions_in, opts)
   if a.shape[1] ~= B then
     check.fail(2, "%s: %d images but %d captions", fname, a.shape[1], B)
   end
-  local V = self.vocab:size()
-  local mx, mn = captions_in:max():item(), captions_in:min():item()
-  if mn < 1 or mx > V then
-    check.fail(2, "%s: caption ids must lie in 1..%d (the vocabulary), got %g..%g", fname, V,
-               mn, mx)
-  end
+  self:_check_ids(captions_in, fname, 3)
   local ey = self.embed(captions_in)                            -- (B,T,E)
   local We, Wz = self:_split_lstm()
   local xe = glimpse.linear(ey, We, self.lstm.bias_ih)          -- one sgemm for all steps
