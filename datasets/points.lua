@@ -349,14 +349,28 @@ local function whole_batch(ds)
   return b
 end
 
---- points.batch(B, {task=, n=, key=, rng=}) -> a collated batch of B fresh examples drawn
---- from rng (a glimpse.data.Rng generator kept by the caller, so each call gives new data).
+--- points.batch(B, {task=, n=, key=, rng=, mix_sizes="example"}) -> a collated batch of B
+--- fresh examples drawn from rng (a glimpse.data.Rng generator kept by the caller, so each
+--- call gives new data).  With n = {lo, hi}, mix_sizes = "example" draws a size per example
+--- (the batch padded to its largest), "batch" one size for the whole batch (a step then
+--- costs what its size costs, not the range's largest).
 function M.batch(B, opts)
   opts = opts or {}
   if type(opts.rng) ~= "table" then error("points.batch: opts.rng (a glimpse.data.Rng generator) expected", 2) end
+  local mix = opts.mix_sizes or "example"
+  if mix ~= "example" and mix ~= "batch" then
+    error("points.batch: mix_sizes must be 'example' or 'batch', got " .. tostring(mix), 2)
+  end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.count = B
+  o.count, o.mix_sizes = B, nil
+  if mix == "batch" and type(o.n) == "table" then
+    local lo, hi = o.n[1], o.n[2]
+    if math.type(lo) ~= "integer" or math.type(hi) ~= "integer" or lo < 1 or hi < lo then
+      error("points.batch: n must be a positive integer or a range {lo, hi}", 2)
+    end
+    o.n = opts.rng:int(lo, hi)
+  end
   return whole_batch(M.make(o))
 end
 

@@ -34,6 +34,9 @@ experiment.add_flags(parser, Ptr.options, MODEL_FLAGS, {
 parser:option("--n", "points per example", "10"):convert(tonumber)
 parser:option("--n-min", "mixed sizes: fewest points (with --n-max)"):convert(tonumber)
 parser:option("--n-max", "mixed sizes: most points (with --n-min)"):convert(tonumber)
+parser:option("--mix-sizes", "mixed sizes (--n-min/--n-max), fresh batches: a size drawn per "
+              .. "example (padded to the batch's largest) or one per batch (steps cost as "
+              .. "their size)", "example"):choices({"example", "batch"})
 parser:option("--test-n", "comma-separated sizes of extra test sets (default: none)")
 parser:option("--train", "fixed training examples (0: a fresh batch every step; the default, "
               .. "but 30000 for tsp above 12 cities)"):convert(tonumber)
@@ -53,6 +56,9 @@ local args = experiment.parse(parser)
 
 local n_lo, n_hi = args.n_min or args.n, args.n_max or args.n
 if n_hi < n_lo then parser:error("--n-max must be >= --n-min") end
+if args.mix_sizes == "batch" and n_lo == n_hi then
+  parser:error("--mix-sizes batch needs mixed sizes (--n-min < --n-max)")
+end
 if args.task == "hull" and n_lo < 3 then parser:error("hull needs at least 3 points per example") end
 local test_sizes = experiment.int_list(parser, "--test-n", args.test_n, args.task == "hull" and 3 or 1)
 if args.task == "tsp" and math.max(n_hi, table.unpack(test_sizes)) > points.TSP_MAX_N then
@@ -61,6 +67,9 @@ elseif args.label_cache and args.task ~= "tsp" then parser:error("--label-cache 
 -- exact tours above 12 cities take milliseconds (70 ms of CPU at 20): a fixed set made once is faster
 if args.train == nil then
   args.train = (args.task == "tsp" and n_hi > 12) and (args.quick and 3000 or 30000) or 0
+end
+if args.mix_sizes == "batch" and args.train > 0 then
+  parser:error("--mix-sizes batch draws fresh batches: it needs --train 0")
 end
 if args.paper then args.lr = 1.0 end
 args.epoch_steps = args.epoch_steps or args.eval_every
@@ -101,7 +110,8 @@ local history = glimpse.train.Trainer(run:trainer_options{
   schedule = args.cosine and {"CosineAnnealingLR"} or nil,
   data = fixed or function(_, rng)
     if train_set then return points.augmented_batch(train_set, args.batch, rng) end
-    return points.batch(args.batch, {task = args.task, n = size_arg, rng = rng}) end,
+    return points.batch(args.batch, {task = args.task, n = size_arg, rng = rng,
+                                     mix_sizes = args.mix_sizes}) end,
   batch_size = fixed and args.batch or nil, rng = not fixed and Rng.new(args.seed, "pointer.train") or nil,
   -- the paper's SGD minimises -log p(C|P) per sequence: the step losses summed, not averaged
   loss = args.paper and function(m, b) local l, st = m:loss(b) return l * st.steps, st end or nil,

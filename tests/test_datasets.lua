@@ -393,6 +393,33 @@ function T.test_points_dataset_sort_targets_and_padded_batches()
                   P.make{task = "hull", n = 8, count = 5, seed = 2}.targets)
 end
 
+function T.test_points_batch_mixes_sizes_per_example_or_per_batch()
+  local P, Rng = data.points, data.Rng
+  -- per batch: every example of a batch has the batch's size (no padding), and the sizes
+  -- drawn over the batches cover the range
+  local rng, seen = Rng.new(3, "mix"), {}
+  for _ = 1, 40 do
+    local b = P.batch(6, {task = "hull", n = {5, 9}, rng = rng, mix_sizes = "batch"})
+    local n = b.lengths[1]
+    for k = 2, 6 do lu.assertEquals(b.lengths[k], n) end
+    lu.assertEquals(b.points.shape, {6, n, 2})
+    lu.assertTrue(n >= 5 and n <= 9)
+    seen[n] = true
+  end
+  for n = 5, 9 do lu.assertTrue(seen[n], "size " .. n .. " never drawn") end
+  -- per example (the default): sizes differ inside a batch, padded to the largest
+  local b = P.batch(32, {task = "hull", n = {5, 9}, rng = Rng.new(3, "mix")})
+  local lo, hi = math.huge, 0
+  for _, n in ipairs(b.lengths) do lo, hi = math.min(lo, n), math.max(hi, n) end
+  lu.assertTrue(lo < hi)
+  lu.assertEquals(b.points.shape[2], hi)
+  -- one size given: both ways are the same batch
+  local one = P.batch(4, {task = "sort", n = 6, rng = Rng.new(1), mix_sizes = "batch"})
+  lu.assertEquals(one.points:totable(), P.batch(4, {task = "sort", n = 6, rng = Rng.new(1)}).points:totable())
+  lu.assertErrorMsgContains("points.batch: mix_sizes must be 'example' or 'batch', got batches",
+                            P.batch, 4, {n = {5, 9}, rng = Rng.new(1), mix_sizes = "batches"})
+end
+
 -- ---------------------------------------------------------------------------------------
 -- copy task
 

@@ -152,7 +152,7 @@ end
 function T.test_pointer_hull_mixed_sizes_reports_coverage_per_test_size()
   local d = tmpdir("hull")
   local ok, out = run("scripts/pointer.lua",
-                      TINY .. " --task hull --n-min 4 --n-max 8 --test-n 5,12 --out " .. d)
+                      TINY .. " --task hull --n-min 4 --n-max 8 --mix-sizes batch --test-n 5,12 --out " .. d)
   lu.assertTrue(ok, out)
   local m = util.read_json(d .. "/metrics.json")
   lu.assertEquals(#m.tests, 3)                        -- the training sizes, then n=5 and n=12
@@ -220,6 +220,10 @@ function T.test_pointer_bad_flags_give_a_clear_error()
   assert_rejects("scripts/pointer.lua", "--task hull --n-min 50 --n-max 5", "--n-max must be >= --n-min")
   assert_rejects("scripts/pointer.lua", "--task hull --n-min 0 --n-max 5", "--n-min")
   assert_rejects("scripts/pointer.lua", "--task hull --n 2", "at least 3 points")
+  assert_rejects("scripts/pointer.lua", "--task hull --n 10 --mix-sizes batch", "needs mixed sizes")
+  assert_rejects("scripts/pointer.lua", "--task hull --n-min 5 --n-max 9 --mix-sizes batch --train 50",
+                 "needs --train 0")
+  assert_rejects("scripts/pointer.lua", "--mix-sizes sometimes", "'example', 'batch'")
   assert_rejects("scripts/pointer.lua", "--test-n 5,x", "--test-n must list integers")
 end
 
