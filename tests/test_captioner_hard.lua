@@ -408,6 +408,62 @@ function T.test_unseen_feature_reads_what_attention_has_not_covered_yet()
   lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
 end
 
+-- unseen_from = "reads": the coverage counts the cells each step read, a hard read's
+-- region_size window around the cell (clipped at the grid's edge), an expected context's
+-- alpha, a row of mix = "row" that read the expectation its alpha; the captioner trains,
+-- decodes the same alone and in a batch, and saves it
+function T.test_unseen_from_reads_covers_the_window_around_the_cell_read()
+  glimpse.manual_seed(22)
+  local cap = hard({unseen_feature = true, unseen_from = "reads", hard_eval = "region"})
+  local L = 16
+  local alpha = glimpse.rand(2, L):softmax(2)
+  -- a 4x4 grid: cell 6 is (2,2), its 3x3 window rows 1-3, columns 1-3; cell 16 the corner
+  local st = {read = glimpse.tensor({{6}, {16}}), grid = {4, 4}}
+  local w = cap:_coverage_step(alpha, st):totable()
+  local function window(r0, c0)
+    local want = {}
+    for r = 1, 4 do
+      for c = 1, 4 do
+        want[(r - 1) * 4 + c] = (math.abs(r - r0) <= 1 and math.abs(c - c0) <= 1) and 1 or 0
+      end
+    end
+    return want
+  end
+  lu.assertEquals(w[1], window(2, 2))
+  lu.assertEquals(w[2], window(4, 4))
+  -- the expectation read: alpha itself; a row that read it (soft_rows) alike
+  lu.assertEquals(cap:_coverage_step(alpha, {grid = {4, 4}}):totable(), alpha:totable())
+  st.soft_rows = glimpse.tensor({{1}, {0}})
+  local mixed = cap:_coverage_step(alpha, st):totable()
+  for i = 1, L do lu.assertAlmostEquals(mixed[1][i], alpha:totable()[1][i], 1e-7) end
+  lu.assertEquals(mixed[2], window(4, 4))
+  -- region_size 1: the cell alone
+  cap.config.region_size = 1
+  local one = cap:_coverage_step(alpha, {read = glimpse.tensor({{6}, {1}}), grid = {4, 4}}):totable()
+  lu.assertEquals(one[1][6] + one[2][1], 2)
+  lu.assertEquals(glimpse.tensor(one):sum():item(), 2)
+  cap.config.region_size = 3
+  -- end to end: trains (W_u gets a gradient), decodes alike alone and batched, saved
+  local b = batch(CAPS)
+  glimpse.no_grad(function() cap.unseen_in.weight:uniform_(-0.5, 0.5) end)
+  cap:train()
+  local loss = cap:loss(b.images, b.captions_in, b.captions_out, b.mask)
+  loss:backward()
+  lu.assertTrue(cap.unseen_in.weight.grad:abs():sum():item() > 0)
+  cap:evaluate()
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  lu.assertEquals(cap:caption(imgs[2], {beam = 3}), cap:caption(imgs, {beam = 3})[2])
+  local path = os.tmpname()
+  cap:save(path)
+  local back = require("glimpse.models.captioner").Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals(back.config.unseen_from, "reads")
+  lu.assertEquals(back:caption(imgs, {beam = 2}), cap:caption(imgs, {beam = 2}))
+  local ok, e = pcall(hard, {unseen_from = "reads"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(e), "unseen_from = \"reads\" needs unseen_feature = true")
+end
+
 function T.test_bad_hard_options_give_clear_errors()
   local function err(o, ...)
     local ok, e = pcall(tiny, o)

@@ -263,6 +263,7 @@ function Attention:forward(q, keys, values, mask, state)
   local ctx, alpha = att.step(self.score, self:score_params(), state.cache, q, values, m, o)
   local idx
   if mode == "hard" then ctx, idx = self:hard_context(ctx, alpha, values, state) end
+  state.read = idx                   -- hard mode: the cell this step read (nil: the expectation)
   state.prev_alpha = alpha
   state.coverage = state.coverage and state.coverage + alpha or alpha
   if capture.active then self:_capture(alpha, idx, state) end

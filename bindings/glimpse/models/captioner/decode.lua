@@ -127,10 +127,10 @@ function Captioner:_decode_step(fixed)
     if s.cov then xe = xe + self:_unseen_input(s.a, s.cov) end
     local st = {cache = step_cache(fixed, s), keys = s.a, values = s.a, t = 0, logps = {},
                 entropies = {}, grid = self:_grid_of(s.a), extra = self:_extra_cells()}
-    local h, c, z, alpha = self:_step(xe, s.h, s.c, s.a, st, Wz)
+    local h, c, z, alpha, st2 = self:_step(xe, s.h, s.c, s.a, st, Wz)
     local lp = glimpse.log_softmax(self:_logits(ey, h, z, s.go), 2) + ban
     return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go,
-                cov = s.cov and s.cov + alpha}, alpha
+                cov = s.cov and s.cov + self:_coverage_step(alpha, st2)}, alpha
   end
 end
 

@@ -74,7 +74,8 @@ end
 -- a_i to the LSTM input and global_output L_g mean_i a_i to the deep output; whole_image
 -- makes the mean annotation one more cell (the maps returned stay the grid's L columns).
 -- unseen_feature adds W_u u_t to the LSTM input, u_t the mean of the annotations weighted by
--- the attention they have not had yet (W_u from 0, as W_g).
+-- the attention they have not had yet (W_u from 0, as W_g); unseen_from = "reads" counts
+-- as had the cells each step read (hard: the read cell's region_size window) instead.
 -- length_aux > 0 adds a head on h_t trained to predict log(words left), see cap:loss.
 -- length_penalty: GNMT's alpha for cap:caption.  image: what cap:prepare does to an image.
 function Captioner:init(o)
@@ -105,6 +106,9 @@ function Captioner:init(o)
     -- only as far as it helps (with a random W_g, hard attention learnt to look nowhere)
     self.global_in = nn.Linear(D, 4 * H, {bias = false})
     glimpse.no_grad(function() self.global_in.weight:zero_() end)
+  end
+  if c.unseen_from ~= "attention" and not c.unseen_feature then
+    check.fail(3, "Captioner: unseen_from = %q needs unseen_feature = true", c.unseen_from)
   end
   if c.unseen_feature then                                      -- ... and W_u u_t, from 0
     self.unseen_in = nn.Linear(D, 4 * H, {bias = false})
@@ -254,6 +258,28 @@ function Captioner:_unseen_input(av, cov)
   return self.unseen_in(w:matmul(av):reshape(B, av.shape[3]) / L)
 end
 
+-- what step t adds to the coverage (detached, (B,L')): alpha_t, or with unseen_from =
+-- "reads" the cells the step read: for a hard read the region_size x region_size window of
+-- grid cells around the cell read (1 inside; a cell after the grid, whole_image's, alone),
+-- for an expected context (a soft model, a soft batch or row) alpha_t
+function Captioner:_coverage_step(alpha, st)
+  local idx = st.read
+  if self.config.unseen_from ~= "reads" or not idx then return alpha:detach() end
+  return glimpse.no_grad(function()
+    local B, L = alpha.shape[1], alpha.shape[2]
+    local w = glimpse.zeros(B, L):scatter_add(2, idx, glimpse.ones(B, 1))
+    local g, k = st.grid, self.config.region_size
+    local cells = g[1] * g[2]
+    if k > 1 then
+      local grid = w:narrow(2, 1, cells):reshape(B, 1, g[1], g[2])
+      local win = glimpse.max_pool2d(grid, k, 1, k // 2):reshape(B, cells)
+      w = cells < L and glimpse.cat({win, w:narrow(2, cells + 1, L - cells)}, 2) or win
+    end
+    if st.soft_rows then w = w + st.soft_rows * (alpha - w) end
+    return w
+  end)
+end
+
 -- the coverage at the first step: zeros (B,L') with unseen_feature, else nil
 function Captioner:_first_coverage(av)
   if not self.config.unseen_feature then return nil end
@@ -365,7 +391,7 @@ function Captioner:forward(x, captions_in, opts)
     local xt = xe:select(2, t)
     if cov then xt = xt + self:_unseen_input(av, cov) end
     h, c, z, alpha, st, beta = self:_step(xt, h, c, av, st, Wz)
-    if cov then cov = cov + alpha:detach() end
+    if cov then cov = cov + self:_coverage_step(alpha, st) end
     hs[t], zs[t], alphas[t] = h, z, alpha
     if beta then betas[t] = beta:reshape(B) end
   end

@@ -55,6 +55,9 @@ M.OPTIONS = options.declare("Captioner", {
   {"unseen_feature", "boolean", false, help = "the annotations weighted by the attention " ..
    "they have not had yet, max(0, 1 - sum_{s<t} alpha_si), averaged, in the LSTM input at " ..
    "every step (coverage: what is left to describe)"},
+  {"unseen_from", "string", "attention", choices = {"attention", "reads"},
+   help = "unseen_feature's coverage: the attention distributions (attention) or what each " ..
+          "step read (reads: a hard read's region_size window, an expected context's alpha)"},
   {"whole_image", "boolean", false, help = "the mean annotation as one more cell to attend " ..
    "to (hard: can read the whole image)"},
   {"length_aux", "number", 0, range = {0}, help = "weight of an auxiliary loss: h_t " ..
