@@ -198,6 +198,43 @@ function T.test_global_output_adds_l_g_of_the_mean_annotation_to_every_deep_outp
   lu.assertStrContains(err, "global_output")
 end
 
+function T.test_global_output_rank_passes_the_mean_through_a_bottleneck()
+  -- L_g = U P: P (r,D) random, U (E,r) from zero (the model without the option at first);
+  -- with U set, the deep output gains U P mean_i a_i, a bias per caption of rank r
+  glimpse.manual_seed(28)
+  local with = tiny({global_output = true, global_output_rank = 2, attention = "hard",
+                     hard_eval = "argmax"})
+  local without = tiny({attention = "hard", hard_eval = "argmax"})
+  without:load_state_dict(with:state_dict(), {strict = false})
+  lu.assertEquals(with.out_g_in.weight.shape, {2, with.config.dim_feature})
+  lu.assertEquals(with.out_g.weight.shape, {with.config.emb, 2})
+  with:evaluate(); without:evaluate()
+  local b = batch(CAPS)
+  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
+  local l1 = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
+  local l0 = glimpse.no_grad(function() return (without:forward(a, b.captions_in)) end)
+  lu.assertEquals((l1 - l0):abs():max():item(), 0)
+  glimpse.no_grad(function() with.out_g.weight:uniform_(-0.5, 0.5) end)
+  local gv = glimpse.no_grad(function() return with.out_g(with.out_g_in(a:mean(2))) end)
+  assert_a_bias_per_caption(with, a, b.captions_in, {attention = "hard", hard_eval = "argmax"},
+                            function(m) return m.out_z.bias end, gv)
+  with:train()
+  local loss = with:loss(a, b.captions_in, b.captions_out, b.mask)
+  loss:backward()
+  lu.assertTrue(with.out_g_in.weight.grad:abs():sum():item() > 0)
+  with:evaluate()
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  local path = os.tmpname()
+  with:save(path)
+  local back = Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals(back.config.global_output_rank, 2)
+  lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
+  local ok, err = pcall(tiny, {global_output_rank = 2})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "'global_output_rank' needs global_output = true")
+end
+
 function T.test_whole_image_is_one_more_cell_holding_the_mean_annotation()
   -- the mean of [a; mean a] is mean a, so a whole_image model on annotations a is the plain
   -- model on the L + 1 cells [a; mean a], weight for weight

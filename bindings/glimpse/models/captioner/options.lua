@@ -50,6 +50,9 @@ M.OPTIONS = options.declare("Captioner", {
    help = "(x, y) cell coordinates appended to the annotations"},
   {"global_feature", "boolean", false,
    help = "the mean annotation in the LSTM input at every step (Anderson et al. 2018)"},
+  {"global_output_rank", "int", 0, range = {0},
+   help = "global_output through a bottleneck of this many dimensions, L_g = U P (0: full " ..
+          "rank): room for how much the image holds, not for which items"},
   {"global_output", "boolean", false,
    help = "the mean annotation in the deep output layer too"},
   {"unseen_feature", "boolean", false, help = "the annotations weighted by the attention " ..
@@ -185,6 +188,9 @@ function M.config(o, level)
                type(o))
   end
   local c = M.OPTIONS:check(o, level)
+  if c.global_output_rank > 0 and not c.global_output then
+    check.fail(level, "Captioner: option 'global_output_rank' needs global_output = true")
+  end
   if c.global_output and not c.deep_output then
     check.fail(level, "Captioner: option 'global_output' needs the deep output layer " ..
                       "(deep_output = true)")
