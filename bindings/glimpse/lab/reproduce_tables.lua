@@ -122,10 +122,11 @@ local function hull_run(n, paper)
     return cat({"--task", "hull", "--n", n}, every(HULL_STEPS[n])(mode), by(mode, HULL_EXTRA)) end,
     exact_rows("hull", {sizes = {n}, [n] = paper}))
 end
--- the paper's larger rows: one model over mixed sizes, tsp at n=20.  Their flags are
--- pointer_flags(mode) with some values replaced (a flag may be given once); full budgets:
--- about 1.8 and 1.3 hours of one idle core (64 and 46 ms a step, docs/experiments/reproduce.md),
--- with an 8-hour guard for a loaded machine
+-- the paper's larger rows: one model over mixed sizes (a size drawn per batch), hull at n=50
+-- alone, tsp at n=20.  Their flags are pointer_flags(mode) with some values replaced (a flag
+-- may be given once); full budgets: 70,000, 60,000 and 40,000 steps, each under 2 hours of
+-- one core at the 7-11 steps/s measured (docs/experiments/reproduce.md), with an 8-hour
+-- guard for a loaded machine
 local function with(flags, values)
   local out = {}
   for i, w in ipairs(flags) do
@@ -173,7 +174,7 @@ local TSP_STEPS = {[5] = {full = 5000, quick = 1000, tiny = 2},
                    [10] = {full = TSP10_FULL, quick = 1000, tiny = 2}}
 -- tsp n=20 on a fixed set of exact tours (engine/tsp.c), kept in out/cache/tsp-labels; full:
 -- logit clipping as hull (HULL_EXTRA)
-local TSP20_STEPS = {full = 100000, quick = 100, tiny = 2}
+local TSP20_STEPS = {full = 40000, quick = 100, tiny = 2}
 local function tsp20_run()
   return {id = "n20", script = "scripts/pointer.lua", steps = TSP20_STEPS, checkpoint = "model.safetensors",
           -- its validation and test tours kept in MODELS/pointer_tsp/n20-cache
