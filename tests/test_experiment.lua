@@ -95,6 +95,25 @@ function T.test_bad_values_of_common_flags_are_errors()
   lu.assertStrContains(tostring(err), "unknown default 'stpes'")
 end
 
+function T.test_a_value_outside_an_options_choices_names_the_nearest()
+  local function with_choices(argv)
+    local p = parser()
+    p:option("--mix", "how", "example"):choices({"example", "batch"})
+    return experiment.parse(p, argv, {raise = true})
+  end
+  lu.assertEquals(with_choices({"--mix", "batch"}).mix, "batch")
+  for _, argv in ipairs({{"--mix", "bach"}, {"--mix=bach"}}) do
+    local ok, err = pcall(with_choices, argv)
+    lu.assertFalse(ok)
+    lu.assertStrContains(tostring(err), "'--mix' must be one of 'example', 'batch', got 'bach' "
+                         .. "(did you mean 'batch'?)")
+  end
+  local ok, err = pcall(with_choices, {"--mix", "zzzzzz"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "got 'zzzzzz'")
+  lu.assertNotStrContains(tostring(err), "did you mean")
+end
+
 function T.test_start_seeds_makes_the_folder_and_paths()
   local d = tmpdir("start")
   local a = parse({"--out", d .. "/deep/er", "--seed", "42"})

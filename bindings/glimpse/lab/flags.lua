@@ -214,6 +214,24 @@ local function explicit(argv)
   return out
 end
 
+-- argparse's "argument for option '--x' must be one of 'a', 'b'" with the value given on the
+-- command line and the nearest choice: "..., got 'bach' (did you mean 'batch'?)"
+local function choices_hint(parser, list, msg)
+  local flag = msg:match("^argument for option '(%-%-[%w%-]+)' must be one of ")
+  if not flag then return msg end
+  local given
+  for i, a in ipairs(list) do
+    if a == flag then given = list[i + 1]
+    elseif type(a) == "string" and a:sub(1, #flag + 1) == flag .. "=" then given = a:sub(#flag + 2) end
+  end
+  local opt
+  for _, o in ipairs(parser._options or {}) do
+    for _, alias in ipairs(o._aliases or {}) do if alias == flag then opt = o end end
+  end
+  if given == nil or not opt or not opt._choices then return msg end
+  return string.format("%s, got '%s'%s", msg, given, check.did_you_mean(given, opt._choices))
+end
+
 local function parse_error(parser, raise, msg)
   if raise then error("experiment.parse: " .. msg, 3) end
   parser:error(msg)
@@ -232,7 +250,7 @@ function M.parse(parser, argv, opts)
   local list = {}
   for i = 1, #argv do list[i] = argv[i] end
   local ok, args = parser:pparse(list)
-  if not ok then return parse_error(parser, raise, args) end
+  if not ok then return parse_error(parser, raise, choices_hint(parser, list, args)) end
   local given = explicit(list)
   local chosen = {}                 -- the flags the user set: on the command line or --config
   for k in pairs(given) do chosen[k] = true end
