@@ -485,7 +485,7 @@ function T.test_reproduce_refuses_unknown_run_ids()
   local ok, err = pcall(tiny_run, d, "pointer_sort,pointer_hull", "n5,n7")
   lu.assertFalse(ok)
   lu.assertStrContains(err, "unknown run 'n7' (the tables asked for have pointer_sort: n5; " ..
-                            "pointer_hull: n5, n10, n5-50)")
+                            "pointer_hull: n5, n10, n5-50, n50)")
   lu.assertFalse(util.exists(d .. "/out"))
   local text
   ok, _, text = run(q(exe()) .. " scripts/reproduce.lua --tiny --tables pointer_sort --runs nope " ..
