@@ -447,8 +447,12 @@ function T.test_reproduce_done_is_decided_by_the_normalized_command()
   local cmd = {}
   for i, w in ipairs(words) do cmd[i] = util.shell_quote(w) end
   util.mkdir_p(d .. "/results")
+  local kept = d .. "/models/norm_test/r.safetensors"      -- its kept file, there
+  util.mkdir_p(d .. "/models/norm_test")
+  util.write_text(kept, "x")
   util.write_json(d .. "/results/norm_test.json", {table = "norm_test", mode = "tiny", runs = {
-    r = {id = "r", status = "done", mode = "tiny", command = table.concat(cmd, " "), rows = {}}}})
+    r = {id = "r", status = "done", mode = "tiny", command = table.concat(cmd, " "), rows = {},
+         shipped = kept}}})
   local lines = {}
   with_table(tbl, tiny_run, d, "norm_test", nil, function(s) lines[#lines + 1] = s end)
   local log = table.concat(lines, "\n")

@@ -85,6 +85,13 @@ function T.test_second_run_keeps_finished_runs_and_reruns_the_lost_one()
   j = util.read_json(path)
   lu.assertEquals(j.runs.n10.status, "done")
   lu.assertNil(j.runs.gone)
+  -- a run done before whose kept file is gone (as a record made before the checkpoints were
+  -- kept has none) runs again: that file is what verify re-scores
+  os.remove(j.runs.n5.shipped)
+  _, log = tiny(s.dir)
+  lu.assertStrContains(log, "pointer_hull/n5: done in")
+  lu.assertStrContains(log, "pointer_hull/n10: done before, kept")
+  lu.assertTrue(util.exists(util.read_json(path).runs.n5.shipped))
 end
 
 function T.test_a_run_of_some_tables_keeps_the_others_on_the_page()

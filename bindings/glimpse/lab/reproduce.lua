@@ -414,7 +414,8 @@ function M.run(user)
       local old = rec.runs[run.id]
       if only and not only[run.id] then
         o.log(string.format("reproduce: %s/%s: not among the runs asked for, kept", tbl.name, run.id))
-      elseif old and old.status == "done" and M.normalize(old.command) == M.normalize(words) then
+      elseif old and old.status == "done" and M.normalize(old.command) == M.normalize(words)
+             and old.shipped and util.exists(old.shipped) then
         o.log(string.format("reproduce: %s/%s: done before, kept", tbl.name, run.id))
       else
         local r = do_run(o, tbl, run, words, dir, steps)
