@@ -34,12 +34,11 @@ experiment.add_flags(parser, Ptr.options, MODEL_FLAGS, {
 parser:option("--n", "points per example", "10"):convert(tonumber)
 parser:option("--n-min", "mixed sizes: fewest points (with --n-max)"):convert(tonumber)
 parser:option("--n-max", "mixed sizes: most points (with --n-min)"):convert(tonumber)
-parser:option("--mix-sizes", "mixed sizes (--n-min/--n-max), fresh batches: a size drawn per "
-              .. "example (padded to the batch's largest) or one per batch (steps cost as "
-              .. "their size)", "example"):choices({"example", "batch"})
+parser:option("--mix-sizes", "mixed sizes, fresh batches: a size per example (padded to the "
+              .. "largest) or per batch", "example"):choices({"example", "batch"})
 parser:option("--test-n", "comma-separated sizes of extra test sets (default: none)")
 parser:option("--train", "fixed training examples (0: a fresh batch every step; the default, "
-              .. "but 30000 for tsp above 12 cities)"):convert(tonumber)
+              .. "but 30000 for tsp above 12 cities, whose exact tours take ms each)"):convert(tonumber)
 parser:option("--label-cache", "tsp: a folder keeping the sets' exact tours (read back when they match)")
 parser:option("--valid", "validation examples (every epoch, greedy)", "500"):convert(tonumber)
 parser:option("--test", "test examples per test set (greedy and beam)", "1000"):convert(tonumber)
@@ -56,20 +55,14 @@ local args = experiment.parse(parser)
 
 local n_lo, n_hi = args.n_min or args.n, args.n_max or args.n
 if n_hi < n_lo then parser:error("--n-max must be >= --n-min") end
-if args.mix_sizes == "batch" and n_lo == n_hi then
-  parser:error("--mix-sizes batch needs mixed sizes (--n-min < --n-max)")
-end
 if args.task == "hull" and n_lo < 3 then parser:error("hull needs at least 3 points per example") end
 local test_sizes = experiment.int_list(parser, "--test-n", args.test_n, args.task == "hull" and 3 or 1)
 if args.task == "tsp" and math.max(n_hi, table.unpack(test_sizes)) > points.TSP_MAX_N then
   parser:error(string.format("tsp targets are exact (Held-Karp): sizes at most %d", points.TSP_MAX_N))
 elseif args.label_cache and args.task ~= "tsp" then parser:error("--label-cache is for --task tsp") end
--- exact tours above 12 cities take milliseconds (70 ms of CPU at 20): a fixed set made once is faster
-if args.train == nil then
-  args.train = (args.task == "tsp" and n_hi > 12) and (args.quick and 3000 or 30000) or 0
-end
-if args.mix_sizes == "batch" and args.train > 0 then
-  parser:error("--mix-sizes batch draws fresh batches: it needs --train 0")
+args.train = args.train or ((args.task == "tsp" and n_hi > 12) and (args.quick and 3000 or 30000) or 0)
+if args.mix_sizes == "batch" and (n_lo == n_hi or args.train > 0) then
+  parser:error("--mix-sizes batch needs mixed sizes (--n-min < --n-max) in fresh batches (--train 0)")
 end
 if args.paper then args.lr = 1.0 end
 args.epoch_steps = args.epoch_steps or args.eval_every
@@ -100,18 +93,16 @@ run:print(string.format("pointer: %s training data, %s lr %g%s clip %g%s, data m
                         args.paper and ", init U(-0.08,0.08)" or "", gen_seconds,
                         args.label_cache and (" (tours " .. (train_set or valid_set).cache_status .. ")") or ""))
 
-local function measure(m, ds, beam)
+local function measure(m, ds, beam)   -- eval.pointer, with the Trainer's accuracy and examples
   local r = eval.pointer(m, ds, {beam = beam, batch_size = beam > 1 and 64 or 256})
-  r.accuracy, r.examples = r.exact, r.n
-  return r
+  r.accuracy, r.examples = r.exact, r.n; return r
 end
 local history = glimpse.train.Trainer(run:trainer_options{
   model = model, optimizer = {args.paper and "SGD" or "Adam", lr = args.lr}, clip = args.clip,
   schedule = args.cosine and {"CosineAnnealingLR"} or nil,
   data = fixed or function(_, rng)
     if train_set then return points.augmented_batch(train_set, args.batch, rng) end
-    return points.batch(args.batch, {task = args.task, n = size_arg, rng = rng,
-                                     mix_sizes = args.mix_sizes}) end,
+    return points.batch(args.batch, {task = args.task, n = size_arg, rng = rng, mix_sizes = args.mix_sizes}) end,
   batch_size = fixed and args.batch or nil, rng = not fixed and Rng.new(args.seed, "pointer.train") or nil,
   -- the paper's SGD minimises -log p(C|P) per sequence: the step losses summed, not averaged
   loss = args.paper and function(m, b) local l, st = m:loss(b) return l * st.steps, st end or nil,
@@ -119,7 +110,6 @@ local history = glimpse.train.Trainer(run:trainer_options{
   format_eval = function(m) return "valid " .. eval.describe(m) end,
 }):fit()
 if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
--- final evaluation, pictures, results
 model:save(run:path("model.safetensors"), {script = arg[0], steps = history.steps})
 local results, images, summary, views = {}, {}, {}, {}
 for ti, ts in ipairs(tests) do

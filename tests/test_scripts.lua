@@ -222,7 +222,7 @@ function T.test_pointer_bad_flags_give_a_clear_error()
   assert_rejects("scripts/pointer.lua", "--task hull --n 2", "at least 3 points")
   assert_rejects("scripts/pointer.lua", "--task hull --n 10 --mix-sizes batch", "needs mixed sizes")
   assert_rejects("scripts/pointer.lua", "--task hull --n-min 5 --n-max 9 --mix-sizes batch --train 50",
-                 "needs --train 0")
+                 "in fresh batches (--train 0)")
   assert_rejects("scripts/pointer.lua", "--mix-sizes sometimes", "'example', 'batch'")
   assert_rejects("scripts/pointer.lua", "--test-n 5,x", "--test-n must list integers")
 end
