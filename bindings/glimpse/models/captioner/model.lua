@@ -108,9 +108,6 @@ function Captioner:init(o)
     self.global_in = nn.Linear(D, 4 * H, {bias = false})
     glimpse.no_grad(function() self.global_in.weight:zero_() end)
   end
-  if c.unseen_from ~= "attention" and not c.unseen_feature then
-    check.fail(3, "Captioner: unseen_from = %q needs unseen_feature = true", c.unseen_from)
-  end
   if c.unseen_feature then                                      -- ... and W_u u_t, from 0
     self.unseen_in = nn.Linear(D, 4 * H, {bias = false})
     glimpse.no_grad(function() self.unseen_in.weight:zero_() end)

@@ -178,7 +178,8 @@ function M.add_flags(parser, names, overrides)
 end
 
 --- copts.config(o, level) -> the checked options with the defaults filled in, and the rules
---- between options: global_output needs deep_output, region_size is odd, baseline "loo"
+--- between options: unseen_from "reads" needs unseen_feature, global_output_rank needs
+--- global_output, global_output needs deep_output, region_size is odd, baseline "loo"
 --- needs samples >= 2; soft_prob_end, entropy_end and baseline follow their defaults.
 --- level: as error's, counted from copts.config's caller.
 function M.config(o, level)
@@ -188,6 +189,9 @@ function M.config(o, level)
                type(o))
   end
   local c = M.OPTIONS:check(o, level)
+  if c.unseen_from ~= "attention" and not c.unseen_feature then
+    check.fail(level, "Captioner: unseen_from = %q needs unseen_feature = true", c.unseen_from)
+  end
   if c.global_output_rank > 0 and not c.global_output then
     check.fail(level, "Captioner: option 'global_output_rank' needs global_output = true")
   end
