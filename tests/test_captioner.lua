@@ -235,6 +235,65 @@ function T.test_global_output_rank_passes_the_mean_through_a_bottleneck()
   lu.assertStrContains(err, "'global_output_rank' needs global_output = true")
 end
 
+function T.test_global_output_pool_relu_counts_detectors_over_the_cells()
+  -- global_output_pool = "relu": the deep output gains U mean_i relu(P a_i + b), computed here
+  -- cell by cell from the weights; U from zero (the model without the option at first)
+  glimpse.manual_seed(29)
+  local opts = {global_output = true, global_output_rank = 3, global_output_pool = "relu",
+                attention = "hard", hard_eval = "argmax"}
+  local with = tiny(opts)
+  local without = tiny({attention = "hard", hard_eval = "argmax"})
+  without:load_state_dict(with:state_dict(), {strict = false})
+  lu.assertEquals(with.out_g_in.bias.shape, {3})
+  with:evaluate(); without:evaluate()
+  local b = batch(CAPS)
+  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
+  local l1 = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
+  local l0 = glimpse.no_grad(function() return (without:forward(a, b.captions_in)) end)
+  lu.assertEquals((l1 - l0):abs():max():item(), 0)
+  glimpse.no_grad(function()
+    with.out_g.weight:uniform_(-0.5, 0.5); with.out_g_in.bias:uniform_(-0.5, 0.5)
+  end)
+  local P, pb, av = with.out_g_in.weight:totable(), with.out_g_in.bias:totable(), a:totable()
+  local pooled, clipped, kept = {}, 0, 0
+  for bi = 1, #av do
+    local row = {}
+    for r = 1, #P do
+      local sum = 0
+      for i = 1, #av[bi] do
+        local h = pb[r]
+        for d = 1, #P[r] do h = h + P[r][d] * av[bi][i][d] end
+        if h < 0 then clipped = clipped + 1 else kept = kept + 1 end
+        sum = sum + math.max(0, h)
+      end
+      row[r] = sum / #av[bi]
+    end
+    pooled[bi] = row
+  end
+  lu.assertTrue(clipped > 0 and kept > 0)         -- the ReLU cuts some cells, not all
+  local gv = glimpse.no_grad(function() return with.out_g(glimpse.tensor(pooled)) end)
+  assert_a_bias_per_caption(with, a, b.captions_in, {attention = "hard", hard_eval = "argmax"},
+                            function(m) return m.out_z.bias end, gv)
+  with:train()
+  with:loss(a, b.captions_in, b.captions_out, b.mask):backward()
+  lu.assertTrue(with.out_g_in.bias.grad:abs():sum():item() > 0)
+  with:evaluate()
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  lu.assertEquals(with:caption(imgs[2], {beam = 1}), with:caption(imgs, {beam = 1})[2])
+  local path = os.tmpname()
+  with:save(path)
+  local back = Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals(back.config.global_output_pool, "relu")
+  lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
+  local ok, err = pcall(tiny, {global_output = true, global_output_pool = "relu"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "global_output_pool = \"relu\" needs global_output_rank > 0")
+  ok, err = pcall(tiny, {global_output = true, global_output_rank = 2, global_output_pool = "max"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "global_output_pool")
+end
+
 function T.test_whole_image_is_one_more_cell_holding_the_mean_annotation()
   -- the mean of [a; mean a] is mean a, so a whole_image model on annotations a is the plain
   -- model on the L + 1 cells [a; mean a], weight for weight

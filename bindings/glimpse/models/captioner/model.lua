@@ -72,7 +72,8 @@ end
 -- (cap:set_progress), hard_eval (test time: "argmax" | "region" | "soft" | "sample" |
 -- "marginal").  coords appends each cell's (x, y) in [-1,1]; global_feature adds W_g mean_i
 -- a_i to the LSTM input and global_output L_g mean_i a_i to the deep output (through a
--- bottleneck of global_output_rank dimensions when > 0); whole_image
+-- bottleneck of global_output_rank dimensions when > 0, pooled after a ReLU with
+-- global_output_pool = "relu"); whole_image
 -- makes the mean annotation one more cell (the maps returned stay the grid's L columns).
 -- unseen_feature adds W_u u_t to the LSTM input, u_t the mean of the annotations weighted by
 -- the attention they have not had yet (W_u from 0, as W_g); unseen_from = "reads" counts
@@ -117,7 +118,7 @@ function Captioner:init(o)
     self.out_z = nn.Linear(D, E)                                -- L_z
     self.out = nn.Linear(E, V)                                  -- L_o
     if c.global_output and c.global_output_rank > 0 then        -- L_g = U P, U from 0
-      self.out_g_in = nn.Linear(D, c.global_output_rank, {bias = false})
+      self.out_g_in = nn.Linear(D, c.global_output_rank, {bias = c.global_output_pool == "relu"})
       self.out_g = nn.Linear(c.global_output_rank, E, {bias = false})
       glimpse.no_grad(function() self.out_g.weight:zero_() end)
     elseif c.global_output then                                 -- L_g, from 0 as W_g
@@ -289,9 +290,12 @@ function Captioner:_first_coverage(av)
 end
 
 -- global_output: the mean annotation's share of the deep output, L_g v (B,E) (L_g = U P with
--- global_output_rank); nil without it
+-- global_output_rank; with global_output_pool "relu", U mean_i relu(P a_i + b)); nil without it
 function Captioner:_global_output(a)
   if not self.config.global_output then return nil end
+  if self.config.global_output_pool == "relu" then
+    return self.out_g(self.out_g_in(a):relu():mean(2))
+  end
   local v = a:mean(2)
   if self.out_g_in then v = self.out_g_in(v) end
   return self.out_g(v)

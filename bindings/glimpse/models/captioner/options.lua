@@ -55,6 +55,9 @@ M.OPTIONS = options.declare("Captioner", {
           "rank): room for how much the image holds, not for which items"},
   {"global_output", "boolean", false,
    help = "the mean annotation in the deep output layer too"},
+  {"global_output_pool", "string", "mean", choices = {"mean", "relu"},
+   help = "global_output's pooling: mean_i P a_i, or mean_i relu(P a_i + b), r detectors " ..
+          "averaged over the cells (needs global_output_rank > 0)"},
   {"unseen_feature", "boolean", false, help = "the annotations weighted by the attention " ..
    "they have not had yet, max(0, 1 - sum_{s<t} alpha_si), averaged, in the LSTM input at " ..
    "every step (coverage: what is left to describe)"},
@@ -179,7 +182,8 @@ end
 
 --- copts.config(o, level) -> the checked options with the defaults filled in, and the rules
 --- between options: unseen_from "reads" needs unseen_feature, global_output_rank needs
---- global_output, global_output needs deep_output, region_size is odd, baseline "loo"
+--- global_output, global_output_pool "relu" needs global_output_rank, global_output needs
+--- deep_output, region_size is odd, baseline "loo"
 --- needs samples >= 2; soft_prob_end, entropy_end and baseline follow their defaults.
 --- level: as error's, counted from copts.config's caller.
 function M.config(o, level)
@@ -194,6 +198,10 @@ function M.config(o, level)
   end
   if c.global_output_rank > 0 and not c.global_output then
     check.fail(level, "Captioner: option 'global_output_rank' needs global_output = true")
+  end
+  if c.global_output_pool ~= "mean" and c.global_output_rank == 0 then
+    check.fail(level, "Captioner: global_output_pool = %q needs global_output_rank > 0 " ..
+                      "(the detectors P a_i + b)", c.global_output_pool)
   end
   if c.global_output and not c.deep_output then
     check.fail(level, "Captioner: option 'global_output' needs the deep output layer " ..
