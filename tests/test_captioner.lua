@@ -198,6 +198,18 @@ function T.test_global_output_adds_l_g_of_the_mean_annotation_to_every_deep_outp
   lu.assertStrContains(err, "global_output")
 end
 
+-- an option whose weights start at zero leaves the model as it was: `with` and `without`
+-- (the same other weights) give the same logits in evaluation; -> the batch and annotations
+local function same_as_without(with, without)
+  with:evaluate(); without:evaluate()
+  local b = batch(CAPS)
+  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
+  local l1 = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
+  local l0 = glimpse.no_grad(function() return (without:forward(a, b.captions_in)) end)
+  lu.assertEquals((l1 - l0):abs():max():item(), 0)
+  return b, a
+end
+
 function T.test_global_output_rank_passes_the_mean_through_a_bottleneck()
   -- L_g = U P: P (r,D) random, U (E,r) from zero (the model without the option at first);
   -- with U set, the deep output gains U P mean_i a_i, a bias per caption of rank r
@@ -208,12 +220,7 @@ function T.test_global_output_rank_passes_the_mean_through_a_bottleneck()
   without:load_state_dict(with:state_dict(), {strict = false})
   lu.assertEquals(with.out_g_in.weight.shape, {2, with.config.dim_feature})
   lu.assertEquals(with.out_g.weight.shape, {with.config.emb, 2})
-  with:evaluate(); without:evaluate()
-  local b = batch(CAPS)
-  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
-  local l1 = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
-  local l0 = glimpse.no_grad(function() return (without:forward(a, b.captions_in)) end)
-  lu.assertEquals((l1 - l0):abs():max():item(), 0)
+  local b, a = same_as_without(with, without)
   glimpse.no_grad(function() with.out_g.weight:uniform_(-0.5, 0.5) end)
   local gv = glimpse.no_grad(function() return with.out_g(with.out_g_in(a:mean(2))) end)
   assert_a_bias_per_caption(with, a, b.captions_in, {attention = "hard", hard_eval = "argmax"},
@@ -245,12 +252,7 @@ function T.test_global_output_pool_relu_counts_detectors_over_the_cells()
   local without = tiny({attention = "hard", hard_eval = "argmax"})
   without:load_state_dict(with:state_dict(), {strict = false})
   lu.assertEquals(with.out_g_in.bias.shape, {3})
-  with:evaluate(); without:evaluate()
-  local b = batch(CAPS)
-  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
-  local l1 = glimpse.no_grad(function() return (with:forward(a, b.captions_in)) end)
-  local l0 = glimpse.no_grad(function() return (without:forward(a, b.captions_in)) end)
-  lu.assertEquals((l1 - l0):abs():max():item(), 0)
+  local b, a = same_as_without(with, without)
   glimpse.no_grad(function()
     with.out_g.weight:uniform_(-0.5, 0.5); with.out_g_in.bias:uniform_(-0.5, 0.5)
   end)
