@@ -633,6 +633,54 @@ static int l_bernoulli(lua_State *L) {
   return 1;
 }
 
+/* glimpse._beam_candidates(lp (A*K, V), scores {A*K numbers}, K, n) -> cs, ck, cv, counts,
+ * positive: decode.beam's ranking step (gl_beam_candidates), the n best candidates of each
+ * item as flat lists of n slots per item (score, 1-based beam, 1-based token), the number
+ * filled per item, and whether a live beam had a log-probability above 0. */
+static int l_beam_candidates(lua_State *L) {
+  gl_tensor *lp = lg_check(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  int K = (int)lg_optinteger(L, 3, 1, 1, 1 << 20);
+  int n = (int)lg_optinteger(L, 4, 2 * K, 1, 1 << 20);
+  if (lp->ndim != 2 || lp->shape[0] % K)
+    return luaL_error(L, "_beam_candidates: lp must be (items*%d, vocab)", K);
+  int N = lp->shape[0], A = N / K;
+  size_t slots = (size_t)A * n;
+  double *scores = lua_newuserdatauv(L, sizeof(double) * ((size_t)N + slots) + 1, 0);
+  double *cs = scores + N;
+  int *ki = lua_newuserdatauv(L, sizeof(int) * (2 * slots + (size_t)A) + 1, 0);
+  int *cv = ki + slots, *count = cv + slots;
+  for (int r = 0; r < N; r++) {
+    lua_rawgeti(L, 2, r + 1);
+    int isnum;
+    scores[r] = lua_tonumberx(L, -1, &isnum);
+    if (!isnum) return luaL_error(L, "_beam_candidates: scores[%d] is not a number", r + 1);
+    lua_pop(L, 1);
+  }
+  int positive = 0;
+  LG_TRY(L, "_beam_candidates", gl_beam_candidates(lp, scores, K, n, cs, ki, cv, count, &positive));
+  lua_createtable(L, (int)slots, 0);
+  lua_createtable(L, (int)slots, 0);
+  lua_createtable(L, (int)slots, 0);
+  lua_createtable(L, A, 0);
+  int t_s = lua_gettop(L) - 3, t_k = t_s + 1, t_v = t_s + 2, t_c = t_s + 3;
+  for (int a = 0; a < A; a++) {
+    lua_pushinteger(L, count[a]);
+    lua_rawseti(L, t_c, a + 1);
+    for (int i = 0; i < count[a]; i++) {
+      size_t j = (size_t)a * n + i;
+      lua_pushnumber(L, cs[j]);
+      lua_rawseti(L, t_s, (lua_Integer)j + 1);
+      lua_pushinteger(L, ki[j] + 1);
+      lua_rawseti(L, t_k, (lua_Integer)j + 1);
+      lua_pushinteger(L, cv[j] + 1);
+      lua_rawseti(L, t_v, (lua_Integer)j + 1);
+    }
+  }
+  lua_pushboolean(L, positive);
+  return 5;
+}
+
 /* ------------------------------------------------------------------------ */
 
 static const luaL_Reg methods[] = {
@@ -671,6 +719,7 @@ static const luaL_Reg module_fns[] = {
     {"cross_entropy", l_cross_entropy}, {"nll_loss", l_nll_loss},
     {"mse_loss", l_mse_loss}, {"bce_loss", l_bce_loss}, {"dropout", l_dropout},
     {"multinomial", l_multinomial}, {"bernoulli", l_bernoulli},
+    {"_beam_candidates", l_beam_candidates},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {

@@ -261,6 +261,16 @@ int gl_dropout(gl_tensor **out, gl_tensor *a, float p, int training);
 int gl_multinomial(gl_tensor **out, const gl_tensor *probs, int n, int replacement);
 int gl_bernoulli(gl_tensor **out, const gl_tensor *p);
 
+/* Beam search's candidates.  lp (A*K, V): the log-probabilities of the next token of A items'
+ * K beams (item a's beams are rows a*K .. a*K+K-1); scores (A*K): each beam's log-probability
+ * so far (-inf: a dead beam, skipped).  For each item, the n best candidates s = scores[row]
+ * + lp[row][v] with s > -inf (NaN skipped), best first, ties broken towards the lower beam,
+ * then the lower token: out_s, out_k (0-based beam), out_v (0-based token) hold n slots per
+ * item, count[a] how many are filled.  *positive: whether any lp entry of a live beam is
+ * above 0 (then the search's early-stopping bound does not hold). */
+int gl_beam_candidates(const gl_tensor *lp, const double *scores, int K, int n, double *out_s,
+                       int *out_k, int *out_v, int *count, int *positive);
+
 /* ------------------------------------------------------------------------ */
 /* checks */
 

@@ -311,18 +311,63 @@ function T.test_wide_vocabulary_pruning_keeps_each_rows_best_tokens()
   end
   local st = {h = glimpse.randn(3, 8)}
   local wide = decode.beam(step, st, {beam = 3, n_best = 3, max_len = 6})
-  local saved = decode._row_best
+  -- (the reference ranks in Lua over rows where every token is kept)
+  local saved, saved_c = decode._row_best, decode._candidates
   local full = function(lp) local r, a = lp:totable(), {} for v = 1, lp.shape[2] do a[v] = v end
     local ids = {} for i = 1, #r do ids[i] = a end return r, ids end
   decode._set_row_best(full)
+  decode._set_candidates(decode._candidates_lua)
   local ref = decode.beam(step, st, {beam = 3, n_best = 3, max_len = 6})
   decode._set_row_best(saved)
+  decode._set_candidates(saved_c)
   for b = 1, 3 do
     for j = 1, 3 do
       lu.assertEquals(wide[b][j].tokens, ref[b][j].tokens)
       lu.assertAlmostEquals(wide[b][j].score, ref[b][j].score, SCORE_TOL)
     end
   end
+end
+
+function T.test_engine_ranking_matches_the_lua_reference()
+  -- the engine's ranking step against the same in Lua: ties on a coarse grid (broken towards
+  -- the lower beam, then the lower token), dead beams, -inf and NaN entries, positive ones
+  glimpse.manual_seed(5)
+  for _, case in ipairs({{K = 3, V = 40, A = 5}, {K = 1, V = 7, A = 4}, {K = 4, V = 300, A = 2},
+                         {K = 2, V = 3, A = 3}}) do
+    local K, V, A = case.K, case.V, case.A
+    local lp = (glimpse.randn(A * K, V) * 2):round() / 2 - 3
+    lp[1][2] = -math.huge
+    if V > 5 then lp[2 % (A * K) + 1][5] = 0.5 end
+    local scores = {}
+    for r = 1, A * K do scores[r] = (r % 3 == 0) and -math.huge or -((r * 7) % 4) / 2 end
+    scores[1] = 0
+    for _, n in ipairs({2 * K, 1, K * V + 3}) do
+      local s1, k1, v1, c1, p1 = decode._candidates(lp, scores, K, n)
+      local s2, k2, v2, c2, p2 = decode._candidates_lua(lp, scores, K, n)
+      local where = string.format("K %d V %d A %d n %d", K, V, A, n)
+      lu.assertEquals(c1, c2, where)
+      lu.assertEquals(k1, k2, where)
+      lu.assertEquals(v1, v2, where)
+      lu.assertEquals(p1, p2, where)
+      for j, s in pairs(s2) do lu.assertEquals(s1[j], s, where) end
+      for a = 1, A do
+        for i = 2, c1[a] do       -- best first
+          lu.assertTrue(s1[(a - 1) * n + i - 1] >= s1[(a - 1) * n + i], where)
+        end
+      end
+    end
+  end
+  -- a NaN is skipped and the row's other tokens still rank (the Lua cut by repeated max
+  -- passes would lose the row where NaN is its max, hence not compared above)
+  local lp = glimpse.tensor({{0 / 0, -1, -2}, {-0.5, 0 / 0, -3}})
+  local s, k, v, c = decode._candidates(lp, {0, -1}, 2, 4)
+  lu.assertEquals(c, {4})
+  lu.assertEquals(k, {1, 2, 1, 2})
+  lu.assertEquals(v, {2, 1, 3, 3})
+  lu.assertEquals(s, {-1, -1.5, -2, -4})
+  -- a row count that is not a whole number of beams is an error, not a read past the end
+  lu.assertErrorMsgContains("_beam_candidates", decode._candidates, glimpse.zeros(5, 3),
+                            {0, 0, 0, 0, 0}, 2, 4)
 end
 
 function T.test_batch_items_are_decoded_independently()

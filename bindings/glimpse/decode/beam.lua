@@ -18,50 +18,6 @@ local function length_penalty(len, alpha)
   return ((5 + len) / 6) ^ alpha
 end
 
--- candidate order: score, then the lower beam, then the lower token
-local function worse(s1, k1, v1, s2, k2, v2)
-  if s1 ~= s2 then return s1 < s2 end
-  if k1 ~= k2 then return k1 > k2 end
-  return v1 > v2
-end
-
-
--- The n best candidates (score, beam k, token v) of one item from its K rows (base+1 ..
--- base+K), best first, ties broken towards the lower beam then the lower token, so the
--- result does not depend on the order candidates arrive in.  n is 2 * beam, small: the
--- list is kept sorted by insertion, and a candidate below its worst is rejected with one
--- comparison (the hot loop of a beam step over a whole vocabulary).  Also says whether any
--- log-prob was above 0 (then no early-stopping bound holds).
-local function top_candidates(vals, ids, base, scores, K, n)
-  local cs, ck, cv, size = {}, {}, {}, 0
-  local positive = false
-  for k = 1, K do
-    local sk = scores[k]
-    if sk > NEG_INF then
-      local row, rid = vals[base + k], ids[base + k]
-      for j = 1, #row do
-        local x = row[j]
-        if x > 0 then positive = true end
-        local s = sk + x
-        if s > NEG_INF and (size < n or s >= cs[size]) then
-          local v = math.tointeger(rid[j])
-          if size < n or worse(cs[size], ck[size], cv[size], s, k, v) then
-            local i = size + 1         -- a new slot, or the worst's when the list is full
-            if size < n then size = i else i = size end
-            while i > 1 and worse(cs[i - 1], ck[i - 1], cv[i - 1], s, k, v) do
-              cs[i], ck[i], cv[i] = cs[i - 1], ck[i - 1], cv[i - 1]
-              i = i - 1
-            end
-            cs[i], ck[i], cv[i] = s, k, v
-          end
-        end
-      end
-    end
-  end
-  local cands = {}
-  for i = 1, size do cands[i] = {cs[i], ck[i], cv[i]} end
-  return cands, positive
-end
 local function extend(list, x)
   local n = #list
   local out = table.move(list, 1, n, 1, {})
@@ -199,19 +155,20 @@ function M.beam(step, state, opts)
       lp, state, attn = S.call_step(fname, c, step, feed, state, t, N)
       local recs = mark and capture.since(mark)
       if recs and #recs == 0 then recs = nil end
-      local vals, ids = S.row_best(lp, 2 * K)
+      local scores = {}
+      for i, b in ipairs(active) do
+        for k = 1, K do scores[(i - 1) * K + k] = beams[b][k].score end
+      end
+      local cs, ck, cv, counts, positive = S.candidates(lp, scores, K, 2 * K)
+      if positive then exact_bound = false end
       local arows = attn and attn:totable()
       any_attn = any_attn or arows ~= nil
       local next_active, idx = {}, {}
       for i, b in ipairs(active) do
-        local base = (i - 1) * K
-        local scores = {}
-        for k = 1, K do scores[k] = beams[b][k].score end
-        local cands, positive = top_candidates(vals, ids, base, scores, K, 2 * K)
-        if positive then exact_bound = false end
+        local base, first = (i - 1) * K, (i - 1) * 2 * K
         local new = {}
-        for rank, cand in ipairs(cands) do
-          local s, k, v = cand[1], cand[2], cand[3]
+        for rank = 1, counts[i] do
+          local s, k, v = cs[first + rank], ck[first + rank], cv[first + rank]
           local parent = beams[b][k]
           local function align()       -- the parent's alignment and this step's row
             return arows and extend(parent.align, arows[base + k]) or parent.align

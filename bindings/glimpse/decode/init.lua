@@ -49,5 +49,8 @@ end
 -- for the tests, which also swap in a full-sort reference for the per-row candidate cut
 M._row_best = S.row_best
 function M._set_row_best(f) S.row_best = f end
+-- and beam search's ranking step: the engine's, and the same in Lua over the row cut
+M._candidates, M._candidates_lua = S.candidates, S.candidates_lua
+function M._set_candidates(f) S.candidates = f end
 
 return M

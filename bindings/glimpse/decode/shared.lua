@@ -234,4 +234,62 @@ function M.row_best(lp, n)
   return vals, ids
 end
 
+-- candidate order: score, then the lower beam, then the lower token
+local function worse(s1, k1, v1, s2, k2, v2)
+  if s1 ~= s2 then return s1 < s2 end
+  if k1 ~= k2 then return k1 > k2 end
+  return v1 > v2
+end
+
+--- M.candidates(lp (A*K, V), scores {A*K}, K, n) -> cs, ck, cv, counts, positive
+-- decode.beam's ranking step: for each of the A items, the n best candidates (score
+-- scores[row] + lp[row][v], beam k, token v) of its K rows, best first, ties broken towards
+-- the lower beam, then the lower token, so the result does not depend on the order the
+-- candidates arrive in; rows with score -inf and candidates that are -inf or NaN are
+-- skipped.  Flat lists of n slots per item (item i's from (i-1)*n+1), counts[i] filled, and
+-- whether any log-prob of a live beam was above 0 (then no early-stopping bound holds).
+-- One engine call (gl_beam_candidates); M.candidates_lua is the same in Lua over
+-- M.row_best, the reference the tests compare it with.
+function M.candidates(lp, scores, K, n)
+  return glimpse._beam_candidates(lp, scores, K, n)
+end
+
+function M.candidates_lua(lp, scores, K, n)
+  local vals, ids = M.row_best(lp, n)
+  local A = lp.shape[1] // K
+  local out_s, out_k, out_v, counts, positive = {}, {}, {}, {}, false
+  for a = 1, A do
+    local cs, ck, cv, size, base = {}, {}, {}, 0, (a - 1) * K
+    for k = 1, K do
+      local sk = scores[base + k]
+      if sk > NEG_INF then
+        local row, rid = vals[base + k], ids[base + k]
+        for j = 1, #row do
+          local x = row[j]
+          if x > 0 then positive = true end
+          local s = sk + x
+          if s > NEG_INF and (size < n or s >= cs[size]) then
+            local v = math.tointeger(rid[j])
+            if size < n or worse(cs[size], ck[size], cv[size], s, k, v) then
+              local i = size + 1         -- a new slot, or the worst's when the list is full
+              if size < n then size = i else i = size end
+              while i > 1 and worse(cs[i - 1], ck[i - 1], cv[i - 1], s, k, v) do
+                cs[i], ck[i], cv[i] = cs[i - 1], ck[i - 1], cv[i - 1]
+                i = i - 1
+              end
+              cs[i], ck[i], cv[i] = s, k, v
+            end
+          end
+        end
+      end
+    end
+    counts[a] = size
+    for i = 1, size do
+      local j = (a - 1) * n + i
+      out_s[j], out_k[j], out_v[j] = cs[i], ck[i], cv[i]
+    end
+  end
+  return out_s, out_k, out_v, counts, positive
+end
+
 return M
