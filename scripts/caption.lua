@@ -23,7 +23,8 @@ ce.SOURCE_OPTIONS:add_flags(p); ce.ENCODER_OPTIONS:add_flags(p)
 -- the Captioner's options as flags (then those a --recipe sets, without defaults)
 local MODEL = captioner.add_flags(p, {"attention", "score", "doubly_stochastic", "gate",
   "deep_output", "coords", "output_tanh", "global_feature", "global_output", "unseen_feature",
-  "unseen_from", "global_output_rank", "global_output_pool",
+  "unseen_from", "global_output_rank", "global_output_pool", "global_feature_rank",
+  "global_feature_pool",
   "whole_image", "emb", "hidden", "attn_hidden", "dropout", "length_aux", "max_len"},
   {coords = {default = true}, global_feature = {default = true}, hard_eval = {help = "hard: what test time reads (also with --load)"},
   length_penalty = {help = "beam search's length normalisation alpha (default: chosen on "

@@ -296,6 +296,68 @@ function T.test_global_output_pool_relu_counts_detectors_over_the_cells()
   lu.assertStrContains(err, "global_output_pool")
 end
 
+function T.test_global_feature_pool_relu_gives_the_lstm_detectors_over_the_cells()
+  -- global_feature_pool = "relu": the LSTM input's global share is U mean_i relu(P a_i + b),
+  -- computed here cell by cell; U from zero (the model without the global feature at first)
+  glimpse.manual_seed(31)
+  local opts = {global_feature = true, global_feature_rank = 2, global_feature_pool = "relu",
+                attention = "hard", hard_eval = "argmax"}
+  local with = tiny(opts)
+  local without = tiny({attention = "hard", hard_eval = "argmax"})
+  without:load_state_dict(with:state_dict(), {strict = false})
+  lu.assertEquals(with.global_in_p.weight.shape, {2, with.config.dim_feature})
+  lu.assertEquals(with.global_in.weight.shape, {4 * with.config.hidden, 2})
+  local b, a = same_as_without(with, without)
+  glimpse.no_grad(function()
+    with.global_in.weight:uniform_(-0.5, 0.5); with.global_in_p.bias:uniform_(-0.5, 0.5)
+  end)
+  local P, pb, av = with.global_in_p.weight:totable(), with.global_in_p.bias:totable(),
+                    a:totable()
+  local pooled, clipped, kept = {}, 0, 0
+  for bi = 1, #av do
+    local row = {}
+    for r = 1, #P do
+      local sum = 0
+      for i = 1, #av[bi] do
+        local h = pb[r]
+        for d = 1, #P[r] do h = h + P[r][d] * av[bi][i][d] end
+        if h < 0 then clipped = clipped + 1 else kept = kept + 1 end
+        sum = sum + math.max(0, h)
+      end
+      row[r] = sum / #av[bi]
+    end
+    pooled[bi] = row
+  end
+  lu.assertTrue(clipped > 0 and kept > 0)         -- the ReLU cuts some cells, not all
+  local got = glimpse.no_grad(function() return with:_global_input(a) end)
+  local want = glimpse.no_grad(function() return with.global_in(glimpse.tensor(pooled)) end)
+  assert_close(got, want, {atol = FLOAT_TOL}, "U mean_i relu(P a_i + b)")
+  with:train()
+  with:loss(a, b.captions_in, b.captions_out, b.mask):backward()
+  lu.assertTrue(with.global_in_p.bias.grad:abs():sum():item() > 0)
+  with:evaluate()
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  local path = os.tmpname()
+  with:save(path)
+  local back = Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals({back.config.global_feature_rank, back.config.global_feature_pool}, {2, "relu"})
+  lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
+  -- the mean pooled through the bottleneck: U P mean_i a_i
+  local lin = tiny({global_feature = true, global_feature_rank = 3})
+  local g = glimpse.no_grad(function()
+    lin.global_in.weight:uniform_(-0.5, 0.5)
+    return lin:_global_input(a) - lin.global_in(lin.global_in_p(a:mean(2)))
+  end)
+  lu.assertEquals(g:abs():max():item(), 0)
+  local ok, err = pcall(tiny, {global_feature = true, global_feature_pool = "relu"})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "global_feature_pool = \"relu\" needs global_feature_rank > 0")
+  ok, err = pcall(tiny, {global_feature_rank = 2})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "'global_feature_rank' needs global_feature = true")
+end
+
 function T.test_whole_image_is_one_more_cell_holding_the_mean_annotation()
   -- the mean of [a; mean a] is mean a, so a whole_image model on annotations a is the plain
   -- model on the L + 1 cells [a; mean a], weight for weight

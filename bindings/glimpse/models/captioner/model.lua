@@ -73,7 +73,8 @@ end
 -- "marginal").  coords appends each cell's (x, y) in [-1,1]; global_feature adds W_g mean_i
 -- a_i to the LSTM input and global_output L_g mean_i a_i to the deep output (through a
 -- bottleneck of global_output_rank dimensions when > 0, pooled after a ReLU with
--- global_output_pool = "relu"); whole_image
+-- global_output_pool = "relu"; global_feature_rank and global_feature_pool the same for W_g);
+-- whole_image
 -- makes the mean annotation one more cell (the maps returned stay the grid's L columns).
 -- unseen_feature adds W_u u_t to the LSTM input, u_t the mean of the annotations weighted by
 -- the attention they have not had yet (W_u from 0, as W_g); unseen_from = "reads" counts
@@ -106,7 +107,10 @@ function Captioner:init(o)
   if c.global_feature then                                      -- ... and W_g mean_i a_i
     -- W_g = 0 at first: the model starts as Xu et al.'s and takes the whole-image pathway
     -- only as far as it helps (with a random W_g, hard attention learnt to look nowhere)
-    self.global_in = nn.Linear(D, 4 * H, {bias = false})
+    -- (with global_feature_rank r > 0: W_g = U P, U (4H,r) from 0, P (r,D) the detectors)
+    local r = c.global_feature_rank
+    if r > 0 then self.global_in_p = nn.Linear(D, r, {bias = c.global_feature_pool == "relu"}) end
+    self.global_in = nn.Linear(r > 0 and r or D, 4 * H, {bias = false})
     glimpse.no_grad(function() self.global_in.weight:zero_() end)
   end
   if c.unseen_feature then                                      -- ... and W_u u_t, from 0
@@ -246,10 +250,17 @@ function Captioner:initial_state(a)
 end
 
 -- global_feature: W_g v (B,4H), v = mean_i a_i, the LSTM input's share that is constant over
--- a caption (computed once); nil without it
+-- a caption (computed once; W_g = U P with global_feature_rank, and with global_feature_pool
+-- "relu" U mean_i relu(P a_i + b)); nil without it
 function Captioner:_global_input(a)
-  if not self.config.global_feature then return nil end
-  return self.global_in(a:mean(2))
+  local c = self.config
+  if not c.global_feature then return nil end
+  if c.global_feature_pool == "relu" then
+    return self.global_in(self.global_in_p(a):relu():mean(2))
+  end
+  local v = a:mean(2)
+  if self.global_in_p then v = self.global_in_p(v) end
+  return self.global_in(v)
 end
 
 -- unseen_feature: W_u u_t (B,4H), u_t = 1/L sum_i max(0, 1 - cov_i) a_i with cov (B,L') the

@@ -50,6 +50,13 @@ M.OPTIONS = options.declare("Captioner", {
    help = "(x, y) cell coordinates appended to the annotations"},
   {"global_feature", "boolean", false,
    help = "the mean annotation in the LSTM input at every step (Anderson et al. 2018)"},
+  {"global_feature_rank", "int", 0, range = {0},
+   help = "global_feature through a bottleneck of this many dimensions, W_g = U P (0: full " ..
+          "rank)"},
+  {"global_feature_pool", "string", "mean", choices = {"mean", "relu"},
+   help = "global_feature's pooling: mean_i P a_i, or mean_i relu(P a_i + b), r detectors " ..
+          "averaged over the cells, so the state can hold how many items the image has " ..
+          "(needs global_feature_rank > 0)"},
   {"global_output_rank", "int", 0, range = {0},
    help = "global_output through a bottleneck of this many dimensions, L_g = U P (0: full " ..
           "rank): room for how much the image holds, not for which items"},
@@ -182,7 +189,8 @@ end
 
 --- copts.config(o, level) -> the checked options with the defaults filled in, and the rules
 --- between options: unseen_from "reads" needs unseen_feature, global_output_rank needs
---- global_output, global_output_pool "relu" needs global_output_rank, global_output needs
+--- global_output, global_output_pool "relu" needs global_output_rank (and the same for
+--- global_feature's), global_output needs
 --- deep_output, region_size is odd, baseline "loo"
 --- needs samples >= 2; soft_prob_end, entropy_end and baseline follow their defaults.
 --- level: as error's, counted from copts.config's caller.
@@ -202,6 +210,13 @@ function M.config(o, level)
   if c.global_output_pool ~= "mean" and c.global_output_rank == 0 then
     check.fail(level, "Captioner: global_output_pool = %q needs global_output_rank > 0 " ..
                       "(the detectors P a_i + b)", c.global_output_pool)
+  end
+  if c.global_feature_rank > 0 and not c.global_feature then
+    check.fail(level, "Captioner: option 'global_feature_rank' needs global_feature = true")
+  end
+  if c.global_feature_pool ~= "mean" and c.global_feature_rank == 0 then
+    check.fail(level, "Captioner: global_feature_pool = %q needs global_feature_rank > 0 " ..
+                      "(the detectors P a_i + b)", c.global_feature_pool)
   end
   if c.global_output and not c.deep_output then
     check.fail(level, "Captioner: option 'global_output' needs the deep output layer " ..
