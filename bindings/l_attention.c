@@ -104,6 +104,32 @@ static int l_mh_packed(lua_State *L) {
   return 2;
 }
 
+/* kv_copy(dst, at, src, from, n): rows [from, from+n) of src's (..., R, d) blocks into rows
+ * [at, at+n) of dst's, in place (0-based) -> nothing */
+static int l_kv_copy(lua_State *L) {
+  gl_tensor *dst = lg_check(L, 1);
+  int at = lg_checkint(L, 2);
+  gl_tensor *src = lg_check(L, 3);
+  int from = lg_checkint(L, 4), n = lg_checkint(L, 5);
+  LG_TRY(L, "kv_copy_rows", gl_kv_copy_rows(dst, at, src, from, n));
+  return 0;
+}
+
+/* mh_cached(q (N,Tq,d), k (N,cap,d), v (N,cap,d), len, mask (B,len) or nil, heads, off, scale)
+ *   -> ctx (N,Tq,d), probs (N,Tq,len); off < 0: every valid key visible, else key j to query
+ *   i iff j <= off + i */
+static int l_mh_cached(lua_State *L) {
+  gl_tensor *q = lg_check(L, 1), *k = lg_check(L, 2), *v = lg_check(L, 3);
+  int len = lg_checkint(L, 4);
+  gl_tensor *mask = lg_optarg(L, 5);
+  int heads = lg_checkint(L, 6), off = lg_checkint(L, 7);
+  float scale = (float)luaL_checknumber(L, 8);
+  gl_tensor **ctx = lg_newbox(L), **probs = lg_newbox(L);
+  LG_TRY(L, "attn_mh_cached", gl_attn_mh_cached(ctx, probs, q, k, v, len, mask, heads, off,
+                                                scale));
+  return 2;
+}
+
 /* cosine(k (B,D), mem (B,N,D), beta (B) or nil) -> (B,N) */
 static int l_cosine(lua_State *L) {
   gl_tensor *k = lg_check(L, 1), *mem = lg_check(L, 2), *beta = lg_optarg(L, 3);
@@ -132,6 +158,7 @@ static const luaL_Reg attention_fns[] = {
     {"additive", l_additive},   {"additive_scores", l_additive_scores},
     {"dot", l_dot},             {"context", l_context},
     {"mh_probs", l_mh_probs},   {"mh_packed", l_mh_packed},
+    {"kv_copy", l_kv_copy},     {"mh_cached", l_mh_cached},
     {"cosine", l_cosine},
     {"circular_shift", l_circular_shift}, {"sharpen", l_sharpen},
     {NULL, NULL}};

@@ -488,6 +488,14 @@ int gl_attn_mh_probs(gl_tensor **probs, gl_tensor *q, gl_tensor *k, const gl_ten
  * (mask (B,T) or NULL, causal as above); probs NULL, or receives P (B,heads,T,T) */
 int gl_attn_mh_packed(gl_tensor **ctx, gl_tensor **probs, gl_tensor *qkv, const gl_tensor *mask,
                       int heads, int causal, float scale);
+/* the decoding cache (inference, no node): rows [from, from+n) of each (..., R, d) block of
+ * src copied into rows [at, at+n) of dst's, in place; and q (N,Tq,d)'s attention over the
+ * first len rows of k, v buffers (N,cap,d): P (N,Tq,len) = softmax(scale q k^T) over the keys
+ * j <= off + i (off < 0: all) not masked by mask (B,len) or NULL, ctx (N,Tq,d) = P v */
+int gl_kv_copy_rows(gl_tensor *dst, int at, const gl_tensor *src, int from, int n);
+int gl_attn_mh_cached(gl_tensor **ctx, gl_tensor **probs, const gl_tensor *q, const gl_tensor *k,
+                      const gl_tensor *v, int len, const gl_tensor *mask, int heads, int off,
+                      float scale);
 /* NTM: e_bn = beta_b cos(k_b, mem_bn); k (B,D), mem (B,N,D), beta (B) or NULL */
 int gl_attn_cosine(gl_tensor **scores, gl_tensor *k, gl_tensor *mem, gl_tensor *beta);
 /* out_bi = sum_k s_b(k+K) w_b((i-k) mod N); w (B,N), s (B,2K+1) for shifts -K..K */

@@ -280,3 +280,113 @@ int gl_attn_mh_packed(gl_tensor **ctx, gl_tensor **probs, gl_tensor *qkv, const 
   else gl_release(P);
   return GL_OK;
 }
+
+/* ------------------------------------------------------------------------ */
+/* the decoding cache: key and value buffers with room to grow
+ *   gl_kv_copy_rows    rows [from, from+n) of every block of src (..., Rs, d) into rows
+ *                      [at, at+n) of the same block of dst (..., Rd, d), in place
+ *   gl_attn_mh_cached  q's attention over the first len rows of k and v buffers (N,cap,d)
+ * Why: a decoder that appends each step's keys by concatenation copies the whole cache at
+ * every step, and the caching allocator keeps a block of every length it passed through (at
+ * 64 tokens of W8 about four times the live bytes).  Buffers that double when full take a
+ * step's rows in place, and the attention reads only their valid rows.  Inference only: the
+ * ops record no node (the caller keeps the differentiable path for training). */
+
+/* (N, R, d) view of t: N the product of the leading dims */
+static void rows_view(const gl_tensor *t, size_t *N, int *R, int *d) {
+  size_t n = 1;
+  for (int i = 0; i + 2 < t->ndim; i++) n *= (size_t)t->shape[i];
+  *N = n;
+  *R = t->shape[t->ndim - 2];
+  *d = t->shape[t->ndim - 1];
+}
+
+int gl_kv_copy_rows(gl_tensor *dst, int at, const gl_tensor *src, int from, int n) {
+  const char *op = "kv_copy_rows";
+  char b1[128], b2[128];
+  if (gl_grad_enabled() && dst->requires_grad)
+    return gl_fail(GL_ESTATE, "%s: in-place change of a tensor that requires grad "
+                              "(use glimpse.no_grad or detach())", op);
+  int same = dst->ndim == src->ndim && dst->ndim >= 2;
+  for (int i = 0; same && i < dst->ndim; i++)
+    if (i != dst->ndim - 2 && dst->shape[i] != src->shape[i]) same = 0;
+  if (!same)
+    return gl_fail(GL_ESHAPE, "%s: dst %s and src %s should be (..., R, d) with the same "
+                   "leading dims and d", op, SHAPE(b1, dst), SHAPE(b2, src));
+  size_t N;
+  int Rd, Rs, d;
+  rows_view(dst, &N, &Rd, &d);
+  rows_view(src, &N, &Rs, &d);
+  if (n < 0 || at < 0 || from < 0 || at > Rd - n || from > Rs - n)
+    return gl_fail(GL_EARG, "%s: rows [%d, %d) of src %s into rows [%d, %d) of dst %s are "
+                   "out of range", op, from, from + n, SHAPE(b1, src), at, at + n,
+                   SHAPE(b2, dst));
+  size_t len = (size_t)n * d;
+  for (size_t b = 0; b < N && len; b++)
+    memmove(dst->data + (b * Rd + at) * d, src->data + (b * Rs + from) * d,
+            len * sizeof(float));
+  dst->version++;
+  return GL_OK;
+}
+
+typedef struct {
+  const float *q, *k, *v, *mask;
+  float *P, *ctx;
+  int Tq, cap, len, d, heads, off;
+  float scale;
+} mh_cached_ctx;
+
+/* rows r = n Tq + i: P_r = softmax over the visible keys, ctx_r = P_r V */
+static void mh_cached_range(void *ctx, size_t lo, size_t hi, int slot) {
+  (void)slot;
+  const mh_cached_ctx *c = ctx;
+  int Tq = c->Tq, len = c->len, d = c->d;
+  for (size_t r = lo; r < hi; r++) {
+    size_t nn = r / (size_t)Tq;
+    int i = (int)(r % (size_t)Tq);
+    const float *qr = c->q + r * d, *kb = c->k + nn * c->cap * d, *vb = c->v + nn * c->cap * d;
+    const float *mb = c->mask ? c->mask + (nn / (size_t)c->heads) * len : NULL;
+    float *pr = c->P + r * len, *cr = c->ctx + r * d;
+    int lim = c->off >= 0 && c->off + i + 1 < len ? c->off + i + 1 : len;
+    for (int j = 0; j < lim; j++) pr[j] = vm_dot(qr, kb + (size_t)j * d, (size_t)d);
+    gl_attn_softmax_row(pr, pr, len, lim, mb, c->scale);
+    for (int e = 0; e < d; e++) cr[e] = 0.0f;
+    for (int j = 0; j < lim; j++) {
+      float p = pr[j];
+      if (p == 0.0f) continue;
+      const float *vr = vb + (size_t)j * d;
+      for (int e = 0; e < d; e++) cr[e] += p * vr[e];
+    }
+  }
+}
+
+int gl_attn_mh_cached(gl_tensor **ctx, gl_tensor **probs, const gl_tensor *q, const gl_tensor *k,
+                      const gl_tensor *v, int len, const gl_tensor *mask, int heads, int off,
+                      float scale) {
+  const char *op = "attn_mh_cached";
+  char b1[128], b2[128], b3[128];
+  if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || k->shape[0] != q->shape[0] ||
+      v->shape[0] != q->shape[0] || k->shape[2] != q->shape[2] || v->shape[2] != q->shape[2] ||
+      v->shape[1] != k->shape[1])
+    return gl_fail(GL_ESHAPE, "%s: q %s, k %s and v %s should be (N,Tq,d), (N,cap,d) and "
+                   "(N,cap,d)", op, SHAPE(b1, q), SHAPE(b2, k), SHAPE(b3, v));
+  int N = q->shape[0], Tq = q->shape[1], cap = k->shape[1], d = q->shape[2];
+  if (len < 0 || len > cap)
+    return gl_fail(GL_EARG, "%s: %d valid rows in buffers of %d", op, len, cap);
+  if (heads < 1 || N % heads)
+    return gl_fail(GL_EARG, "%s: %d rows are not a multiple of %d heads", op, N, heads);
+  if (mask && (mask->ndim != 2 || mask->shape[0] != N / heads || mask->shape[1] != len))
+    return gl_fail(GL_ESHAPE, "%s: key padding mask %s should be (B,len) = [%d,%d]", op,
+                   SHAPE(b1, mask), N / heads, len);
+  int st;
+  if ((st = gl_empty(probs, 3, (int[]){N, Tq, len}))) return st;
+  if ((st = gl_empty(ctx, 3, (int[]){N, Tq, d}))) {
+    gl_release(*probs);
+    *probs = NULL;
+    return st;
+  }
+  mh_cached_ctx c = {q->data, k->data, v->data, mask ? mask->data : NULL, (*probs)->data,
+                     (*ctx)->data, Tq, cap, len, d, heads, off, scale};
+  gl_parallel_for((size_t)N * Tq, (size_t)len * (size_t)(2 * d + 8), mh_cached_range, &c);
+  return GL_OK;
+}

@@ -72,6 +72,106 @@ function T.test_multi_head_step_one_position_at_a_time_equals_causal_attention()
   lu.assertEquals(c2.k.shape[3], 6)
 end
 
+-- fn() with autograd on (inside glimpse.no_grad)
+local function with_grad(fn)
+  local prev = glimpse.set_grad_enabled(true)
+  local r = table.pack(pcall(fn))
+  glimpse.set_grad_enabled(prev)
+  if not r[1] then error(r[2], 0) end
+  return table.unpack(r, 2, r.n)
+end
+
+-- outside autograd the cache's buffers have room: a step writes its rows in place
+function T.test_decoding_steps_write_into_buffers_with_room_and_agree_with_the_causal_attention()
+  glimpse.manual_seed(11)
+  local B, L, d = 2, 20, 12
+  local p = params(nn.MultiheadAttention(d, 3))
+  local x = glimpse.randn(B, L, d)
+  local pad = glimpse.ones(B, L)
+  pad[2][1] = 0
+  local full, wfull = att.multi_head(x, nil, nil, p, {causal = true, mask = pad, fused = false})
+  glimpse.no_grad(function()
+    local cache, outs, buffers = nil, {}, {}
+    for t = 1, L do
+      local out, w
+      out, w, cache = att.multi_head_step(x:narrow(2, t, 1), p, cache,
+                                          {mask = pad:narrow(2, 1, t)})
+      lu.assertEquals(cache.len, t)
+      lu.assertEquals(cache.start, 0)
+      close(w, wfull:narrow(2, t, 1):narrow(3, 1, t), "weights of step " .. t)
+      outs[t] = out
+      buffers[cache.k.shape[3]] = true
+    end
+    close(glimpse.cat(outs, 2), full, "outputs")
+    lu.assertEquals(buffers, {[16] = true, [32] = true}, "capacity 16, doubled once at 17")
+    lu.assertEquals(cache.k.shape, {B, 3, 32, d // 3})
+    -- a prefix at once, then the rest (the causal triangle offset by the cached length)
+    local out1, _, c1 = att.multi_head_step(x:narrow(2, 1, 5), p, nil,
+                                            {mask = pad:narrow(2, 1, 5)})
+    local out2, _, c2 = att.multi_head_step(x:narrow(2, 6, 15), p, c1, {mask = pad})
+    close(glimpse.cat({out1, out2}, 2), full, "two chunks")
+    lu.assertEquals({c1.len, c2.len}, {5, 20})
+    close(c2.k:narrow(3, 1, 5), c1.k:narrow(3, 1, 5), "the valid rows carried over")
+  end)
+end
+
+function T.test_a_step_from_an_older_cache_branches_without_touching_the_newer_one()
+  glimpse.manual_seed(12)
+  local p = params(nn.MultiheadAttention(8, 2))
+  local x, y = glimpse.randn(1, 4, 8), glimpse.randn(1, 2, 8)
+  local ref = att.multi_head(x, nil, nil, p, {causal = true, fused = false})
+  local alt = att.multi_head(glimpse.cat({x:narrow(2, 1, 3), y:narrow(2, 1, 1)}, 2), nil, nil,
+                             p, {causal = true, fused = false})
+  glimpse.no_grad(function()
+    local _, _, c3 = att.multi_head_step(x:narrow(2, 1, 3), p, nil)
+    local a, _, c4 = att.multi_head_step(x:narrow(2, 4, 1), p, c3)      -- the newest: in place
+    lu.assertTrue(rawequal(c4.k, c3.k), "the newest cache's step appends in place")
+    local b, _, c4b = att.multi_head_step(y:narrow(2, 1, 1), p, c3)     -- a branch: a copy
+    lu.assertFalse(rawequal(c4b.k, c3.k), "a branch gets buffers of its own")
+    close(a, ref:narrow(2, 4, 1), "the first continuation")
+    close(b, alt:narrow(2, 4, 1), "the branch")
+    -- the first continuation's cache still holds its own fourth key: its next step agrees
+    local z = y:narrow(2, 2, 1)
+    local after = att.multi_head(glimpse.cat({x, z}, 2), nil, nil, p, {causal = true,
+                                                                       fused = false})
+    local e = att.multi_head_step(z, p, c4)
+    close(e, after:narrow(2, 5, 1), "the first continuation after the branch")
+    -- a cache made under autograd (exact size) and one with room both feed the other path
+    local _, _, exact = with_grad(function()
+      return att.multi_head_step(x:narrow(2, 1, 3), p, nil)
+    end)
+    lu.assertNil(exact.len)
+    close(att.multi_head_step(x:narrow(2, 4, 1), p, exact), ref:narrow(2, 4, 1), "from exact")
+    local g = with_grad(function() return att.multi_head_step(x:narrow(2, 4, 1), p, c3) end)
+    close(g, ref:narrow(2, 4, 1), "under autograd from a cache with room")
+  end)
+end
+
+function T.test_cache_buffers_keep_the_allocator_small_over_a_long_decode()
+  glimpse.manual_seed(13)
+  local B, d, L = 8, 64, 96
+  local p = params(nn.MultiheadAttention(d, 4))
+  local x = glimpse.randn(B, 1, d)
+  local function decode()
+    collectgarbage()
+    glimpse.empty_cache()
+    local cache
+    for _ = 1, L do _, _, cache = att.multi_head_step(x, p, cache) end
+    cache = nil
+    collectgarbage()
+    return glimpse.memory().cached
+  end
+  local with_room = glimpse.no_grad(decode)
+  local concatenated = with_grad(decode)   -- grad on: the concatenating path
+  -- buffers of 16, 32, 64, 128 positions (and each step's small temporaries) against a
+  -- block of every length up to 96 for each layer of the tape (measured: 2.2 MB, 22 MB)
+  local final = B * d * 128 * 4 * 2
+  lu.assertTrue(with_room <= 8 * final, ("cached %d bytes after a decode with room, final " ..
+                "buffers %d"):format(with_room, final))
+  lu.assertTrue(concatenated > 4 * with_room, ("concatenating left %d cached, buffers %d")
+                :format(concatenated, with_room))
+end
+
 function T.test_multi_head_cached_equals_attention_over_the_memory()
   glimpse.manual_seed(2)
   local p = params(nn.MultiheadAttention(8, 2))
@@ -127,7 +227,8 @@ local function describe(c)
   return table.concat(ks, ",")
 end
 
-function T.test_layer_step_with_every_position_scheme_and_variant_equals_the_forward()
+-- every variant, one position at a time and in two chunks, against the forward
+local function check_variants(mode)
   for _, c in ipairs(VARIANTS) do
     glimpse.manual_seed(3)
     local o = {dim_feedforward = 32, dropout = 0}
@@ -141,12 +242,12 @@ function T.test_layer_step_with_every_position_scheme_and_variant_equals_the_for
     for t = 1, 6 do
       outs[t], _, cache = dec:step(tgt:narrow(2, t, 1), nil, cache, {memory_key_padding_mask = m})
     end
-    close(glimpse.cat(outs, 2), full, describe(c) .. ": one position at a time")
+    close(glimpse.cat(outs, 2), full, mode .. describe(c) .. ": one position at a time")
     local c2 = dec:init_cache(mem)
     local a, b
     a, _, c2 = dec:step(tgt:narrow(2, 1, 3), nil, c2, {memory_key_padding_mask = m})
     b, _, c2 = dec:step(tgt:narrow(2, 4, 3), nil, c2, {memory_key_padding_mask = m})
-    close(glimpse.cat({a, b}, 2), full, describe(c) .. ": two chunks")
+    close(glimpse.cat({a, b}, 2), full, mode .. describe(c) .. ": two chunks")
     local tc = cache.tgt
     if c.attention == "linear" then              -- running sums: the same size at every length
       lu.assertEquals(tc.s.shape, {3, c.kv_heads or 4, 4, 4})
@@ -155,9 +256,16 @@ function T.test_layer_step_with_every_position_scheme_and_variant_equals_the_for
       lu.assertEquals(tc.k and tc.k.shape[3] or 0, c.window - 1)
       lu.assertEquals(tc.start, 6 - (c.window - 1))
     else
-      lu.assertEquals(tc.k.shape, {3, c.kv_heads or 4, 6, 4})
+      local sh = tc.k.shape
+      lu.assertEquals({sh[1], sh[2], sh[4], tc.len or sh[3]}, {3, c.kv_heads or 4, 4, 6})
     end
   end
+end
+
+function T.test_layer_step_with_every_position_scheme_and_variant_equals_the_forward()
+  check_variants("")
+  -- outside autograd: buffers with room where the variant allows
+  glimpse.no_grad(check_variants, "no_grad: ")
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -329,6 +437,14 @@ function T.test_bad_options_and_arguments_are_errors()
   lu.assertErrorMsgContains("mask [1,3] should be (B,Tk) = [1,4]", att.multi_head_step, y, p, c,
                             {mask = glimpse.ones(1, 3)})
   lu.assertErrorMsgContains("cache.k", att.multi_head_step, glimpse.randn(2, 1, 8), p, c)
+  lu.assertErrorMsgContains("cache.len must be an integer in [0, 3]", att.multi_head_step, y, p,
+                            {k = c.k, v = c.v, len = 4})
+  lu.assertErrorMsgContains("kv_copy_rows: rows [0, 2) of src [1,2,3,4] into rows [3, 5) of " ..
+                            "dst [1,2,4,4] are out of range", glimpse._attention.kv_copy,
+                            glimpse.zeros(1, 2, 4, 4), 3, glimpse.zeros(1, 2, 3, 4), 0, 2)
+  lu.assertErrorMsgContains("attn_mh_cached: 5 valid rows in buffers of 4",
+                            glimpse._attention.mh_cached, glimpse.zeros(2, 1, 4),
+                            glimpse.zeros(2, 4, 4), glimpse.zeros(2, 4, 4), 5, nil, 2, -1, 1)
   lu.assertErrorMsgContains("kv must be a table", att.multi_head_cached, y, p, 5)
   lu.assertErrorMsgContains("needs attention = 'softmax'", att.multi_head_step, y, p, nil,
                             {attention = "linear", window = 2})

@@ -7,12 +7,17 @@
 --   local out, w = attention.multi_head_cached(y_t, p, kv, {mask = src_mask})   -- cross
 --   local out, _, cache = attention.multi_head_step(y_t, p, cache, {q_start = t - 1})  -- self
 --
--- A cache is a table {k = (B,heads,T,dh), v = (B,heads,T,dh)} whose rows (dim 1) are the
--- batch, so glimpse.decode's reordering (index_select on dim 1) keeps it aligned with the
--- surviving beams.  Keys are cached after the projection (and after any transform that
+-- A cache is a table {k = (B,heads,C,dh), v = (B,heads,C,dh), len = T, start} whose rows
+-- (dim 1) are the batch, so glimpse.decode's reordering (index_select on dim 1) keeps it
+-- aligned with the surviving beams; positions 1..len of dim 3 are the cached keys and values
+-- (len absent: all C).  Keys are cached after the projection (and after any transform that
 -- depends on their position, which is applied once, when the key is made), so a step never
--- touches a past key again.  The functions never change a cache in place: a step returns a
--- new table with the new rows appended.  p is attention.multi_head's parameter table (heads,
+-- touches a past key again.  A step returns a new table and never changes what an earlier
+-- cache holds: outside autograd (glimpse.no_grad, as decoding runs) the buffers have room
+-- (their capacity C doubles when full) and a step writes its rows after the last cache's
+-- len in place, so the newest cache of a buffer grows without copies; a step from an older
+-- cache (a branch) copies its valid rows into new buffers first.  Under autograd a step
+-- concatenates (C = len), so the gradient flows through the cache.  p is attention.multi_head's parameter table (heads,
 -- in_proj_weight, in_proj_bias, out_weight, out_bias, module, or the separate projections
 -- with kv_heads); under attention.capture each call files its per-head weights
 -- (B,heads,Tq,Tk) under p.module, as attention.multi_head (linear attention has none).
@@ -133,6 +138,7 @@ local function project_qkv(x, p, h, kv, dh)
          y:select(1, 3):reshape(B, h, T, dh)
 end
 
+-- the number of valid positions of kv (its len, else all of dim 3), checked
 local function check_kv(kv, B, n, dh, what, fname, level)
   if type(kv) ~= "table" or not glimpse.is_tensor(kv.k) or not glimpse.is_tensor(kv.v) then
     check.fail(level + 1, "%s: %s must be a table {k = (B,heads,T,dh), v = ...}, got %s", fname,
@@ -146,11 +152,26 @@ local function check_kv(kv, B, n, dh, what, fname, level)
                  name, check.shape(x), B, n, dh)
     end
   end
-  return kv.k.shape[3]
+  local len = kv.len
+  if len ~= nil and (math.type(len) ~= "integer" or len < 0 or len > kv.k.shape[3]) then
+    check.fail(level + 1, "%s: %s.len must be an integer in [0, %d] (the valid positions of " ..
+               "its k and v), got %s", fname, what, kv.k.shape[3], tostring(len))
+  end
+  return len or kv.k.shape[3]
+end
+
+-- the first T positions of a cache's k and v as tensors of their own (a copy when the
+-- buffers have room past them)
+local function valid_kv(kv, T)
+  if kv.k.shape[3] == T then return kv.k, kv.v end
+  return kv.k:narrow(3, 1, T), kv.v:narrow(3, 1, T)
 end
 
 -- the top_k rows' keep mask, as attention.multi_head's top_k
 local top_k_keep = variants.top_k_keep
+
+local finish                 -- (below) the heads merged and projected, the averaged weights
+local step_in_buffers        -- (below) a decoding step outside autograd
 
 -- q (B,h,Tq,dh) over k, v (B,kv,Tk,dh): out (B,Tq,d), weights (B,Tq,Tk) or nil; under
 -- attention.capture the per-head weights are filed under p.module (else who).
@@ -204,7 +225,16 @@ local function attend(who, q, k, v, p, mask, o, q_start, k_start)
   if o.dropout > 0 and o.training then Pd = glimpse.dropout(P, o.dropout, true) end
   local g = h // kv
   local ctx = Pd:reshape(B * kv, g * Tq, Tk):matmul(v:reshape(B * kv, Tk, dh))
-  ctx = ctx:reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, h * dh)
+  return finish(ctx, P, p, o, B, h, Tq, Tk, dh)
+end
+
+-- ctx (B*h,Tq,dh) (heads first) and P (B*h,Tq,Tk) -> out (B,Tq,d), weights (B,Tq,Tk) or nil
+function finish(ctx, P, p, o, B, h, Tq, Tk, dh)
+  if Tq == 1 then
+    ctx = ctx:reshape(B, 1, h * dh)                          -- (B,h,1,dh) is (B,1,h,dh)
+  else
+    ctx = ctx:reshape(B, h, Tq, dh):permute(1, 3, 2, 4):reshape(B, Tq, h * dh)
+  end
   local out = glimpse.linear(ctx, p.out_weight, p.out_bias)
   if not o.need_weights then return out, nil end
   return out, P:reshape(B, h, Tq, Tk):mean(2)
@@ -252,6 +282,42 @@ local function check_mask(mask, B, Tk, fname, level)
   return mask
 end
 
+-- the buffers' valid length per buffer (weak keys): a step appends in place only to the
+-- newest cache of a buffer, whose len this is
+local TIP = setmetatable({}, {__mode = "k"})
+local MIN_CAPACITY = 16
+
+-- a step outside autograd: the new keys and values written into buffers with room (the
+-- cache's own when it is their newest and they have room, else new ones of double the
+-- capacity holding its valid rows), then q's attention over their first Tc + Tq rows
+function step_in_buffers(who, q, k, v, p, o, cache, Tc, mask, q_start)
+  local B, h, Tq, dh = q.shape[1], q.shape[2], q.shape[3], q.shape[4]
+  local n = Tc + Tq
+  local bk, bv
+  if Tc > 0 and TIP[cache.k] == Tc and cache.k.shape[3] >= n then
+    bk, bv = cache.k, cache.v
+  else
+    local cap = MIN_CAPACITY
+    while cap < n do cap = cap * 2 end
+    bk, bv = glimpse.zeros(B, h, cap, dh), glimpse.zeros(B, h, cap, dh)
+    if Tc > 0 then
+      C.kv_copy(bk, 0, cache.k, 0, Tc)
+      C.kv_copy(bv, 0, cache.v, 0, Tc)
+    end
+  end
+  C.kv_copy(bk, Tc, k, 0, Tq)
+  C.kv_copy(bv, Tc, v, 0, Tq)
+  TIP[bk] = n
+  local cap = bk.shape[3]
+  local ctx, P = C.mh_cached(q:reshape(B * h, Tq, dh), bk:reshape(B * h, cap, dh),
+                             bv:reshape(B * h, cap, dh), n, mask, h, Tc, 1 / math.sqrt(dh))
+  if capture.active then
+    capture.record(p.module or who, P:reshape(B, h, Tq, n), {heads = h})
+  end
+  local out, w = finish(ctx, P, p, o, B, h, Tq, n, dh)
+  return out, w, {k = bk, v = bv, len = n, start = q_start - Tc}
+end
+
 --- attention.kv_project(x (B,T,d), p) -> {k = (B,kv_heads,T,dh), v = (B,kv_heads,T,dh)}:
 --- the keys and values of x under p's in-projection (rows d+1..2d and 2d+1..3d of a packed
 --- in_proj_weight, or k_proj_weight and v_proj_weight), heads first; the cross-attention
@@ -277,7 +343,8 @@ function M.multi_head_cached(query, p, kv, opts)
   local h, nkv, dh = check_params(p, query.shape[3], fname, 2)
   local Tk = check_kv(kv, B, nkv, dh, "kv", fname, 2)
   local mask = check_mask(o.mask, B, Tk, fname, 2)
-  return attend(fname, project(query, p, 0, h, nkv, dh), kv.k, kv.v, p, mask, o)
+  local k, v = valid_kv(kv, Tk)
+  return attend(fname, project(query, p, 0, h, nkv, dh), k, v, p, mask, o)
 end
 
 --- attention.multi_head_step(query (B,Tq,d), p, cache, {q_start=, mask=, need_weights=true,
@@ -286,9 +353,9 @@ end
 ---   new cache
 -- Causal self-attention of Tq new positions (one per decoding step, or a whole prefix at
 -- once) over the cached ones and themselves: the query's keys and values are projected
--- (rotated at their positions under rope), appended to cache ({k, v} (B,kv_heads,Tc,dh) and
--- start, the position of the first cached key (default 0); nil for an empty cache; left
--- unchanged) in the returned cache, and query i (position q_start + i - 1) sees every key up
+-- (rotated at their positions under rope), appended to cache ({k, v} (B,kv_heads,C,dh) with
+-- len = Tc valid positions (default C) and start, the position of the first cached key
+-- (default 0); nil for an empty cache; what it holds left unchanged) in the returned cache, and query i (position q_start + i - 1) sees every key up
 -- to its own position (within window, among the top_k).  q_start (0-based) defaults to
 -- start + Tc; with cached keys it must be that.  mask (B, Tc + Tq): key padding over the
 -- cached and new keys.  With window the returned cache keeps the last window - 1 keys.
@@ -337,8 +404,13 @@ function M.multi_head_step(query, p, cache, opts)
     q = positions.rope(q, q_start, o.rope_base)
     k = positions.rope(k, q_start, o.rope_base)              -- cached rotated
   end
+  if kv == h and (o.positions == "none" or o.positions == "rope") and not o.window
+     and not o.top_k and not (o.dropout > 0 and o.training) and not glimpse.is_grad_enabled() then
+    return step_in_buffers(fname, q, k, v, p, o, cache, Tc, mask, q_start)
+  end
   if Tc > 0 then
-    k, v = glimpse.cat({cache.k, k}, 3), glimpse.cat({cache.v, v}, 3)
+    local ck, cv = valid_kv(cache, Tc)
+    k, v = glimpse.cat({ck, k}, 3), glimpse.cat({cv, v}, 3)
   end
   local k_start = q_start - Tc
   local out, w = attend(fname, q, k, v, p, mask, o, q_start, k_start)
