@@ -56,8 +56,19 @@ int gl_needs_grad(int nin, gl_tensor *const *in) {
   return 0;
 }
 
+void gl_input_header_only(gl_node *n, int i) {
+  if (!n || i < 0 || i >= n->nin || (n->hdr_in >> i & 1u)) return;
+  n->hdr_in |= 1u << i;
+  n->in[i]->hdr_refs++;
+}
+
 static void node_drop_graph(gl_node *n) {
-  for (int i = 0; i < n->nin; i++) { gl_release(n->in[i]); n->in[i] = NULL; }
+  for (int i = 0; i < n->nin; i++) {
+    if (n->hdr_in >> i & 1u) n->in[i]->hdr_refs--;
+    gl_release(n->in[i]);
+    n->in[i] = NULL;
+  }
+  n->hdr_in = 0;
   for (int i = 0; i < n->nsaved; i++) { gl_release(n->saved[i]); n->saved[i] = NULL; }
   for (int i = 0; i < n->nout; i++) { gl_release(n->gout[i]); n->gout[i] = NULL; }
   if (n->ctx && n->ctx_free) n->ctx_free(n->ctx);

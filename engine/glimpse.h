@@ -67,6 +67,8 @@ typedef struct gl_tensor {
   struct gl_node *node;    /* the recorded op that made it, or NULL */
   int out_index;           /* which output of `node` this is */
   int version;             /* bumped by in-place writes */
+  int hdr_refs;            /* refs (of refs) held by graph nodes that never read the data:
+                            * when they are all that is left, the data is given back */
 } gl_tensor;
 
 /* Largest tensor, in elements, that the engine will allocate (2^31 - 1 floats). */

@@ -50,6 +50,7 @@ struct gl_node {
   void (*ctx_free)(void *);
   const char *broken;                 /* why backward through this node must fail, or NULL */
   int released;
+  unsigned hdr_in;                    /* bit i: in[i] is held for its header only */
   unsigned mark;                      /* traversal bookkeeping */
 };
 
@@ -58,6 +59,12 @@ struct gl_node {
   ((void)sizeof(struct { _Static_assert(sizeof(T) <= GL_NODE_STATE_BYTES,           \
                                         #T " does not fit a node's state"); int x; }), \
    (T *)(void *)(n)->state)
+
+/* Input i of node n is held for its header only (shape, the node that made it, where its
+ * gradient goes): the op's backward never reads its data, so once nothing else holds the
+ * tensor its bytes go back to the allocator (an activation used only by an add or a relu is
+ * not kept until backward).  No-op when n is NULL. */
+void gl_input_header_only(gl_node *n, int i);
 
 /* Drop a reference to a node (tensor.c, when an output dies); frees it at zero. */
 void gl_node_release(gl_node *n);

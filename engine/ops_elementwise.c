@@ -302,6 +302,10 @@ static int binary(const char *name, int op, gl_tensor **out, gl_tensor *a, gl_te
   gl_node *n = gl_record(&op_binary, 2, in, 1, out);
   if (n) {
     GL_NODE_STATE(n, binary_state)->op = op;
+    if (op == B_ADD) {                 /* the gradient is gout's, summed to each shape */
+      gl_input_header_only(n, 0);
+      gl_input_header_only(n, 1);
+    }
     if (op == B_POW) {
       gl_tensor *al = gl_alias(*out);
       gl_save(n, al);
@@ -447,6 +451,7 @@ static int scalar_op(int kind, gl_tensor **out, gl_tensor *a, float s) {
   gl_parallel_for(a->numel, kind == S_POW && s != 2 ? 16 : 1, scalar_range, &c);
   gl_node *n = gl_record(&op_scalar, 1, &a, 1, out);
   if (n) *GL_NODE_STATE(n, scalar_state) = (scalar_state){kind, s};
+  if (kind == S_ADD || kind == S_MUL || kind == S_RSUB) gl_input_header_only(n, 0);
   return GL_OK;
 }
 
@@ -481,7 +486,7 @@ static void unary_grad(int kind, const float *x, const float *y, const float *d,
     case GL_LOG: for (size_t i = 0; i < N; i++) gx[i] = d[i] / x[i]; break;
     case GL_TANH: for (size_t i = 0; i < N; i++) gx[i] = d[i] * (1 - y[i] * y[i]); break;
     case GL_SIGMOID: for (size_t i = 0; i < N; i++) gx[i] = d[i] * y[i] * (1 - y[i]); break;
-    case GL_RELU: for (size_t i = 0; i < N; i++) gx[i] = x[i] > 0 ? d[i] : 0; break;
+    case GL_RELU: for (size_t i = 0; i < N; i++) gx[i] = y[i] > 0 ? d[i] : 0; break;
     case GL_SQRT: for (size_t i = 0; i < N; i++) gx[i] = d[i] * 0.5f / y[i]; break;
     case GL_ABS: for (size_t i = 0; i < N; i++) gx[i] = x[i] > 0 ? d[i] : (x[i] < 0 ? -d[i] : 0); break;
     case GL_SIN: for (size_t i = 0; i < N; i++) gx[i] = d[i] * cosf(x[i]); break;
@@ -522,13 +527,13 @@ static void unary_grad_range(void *c, size_t lo, size_t hi, int slot) {
   (void)slot;
   const flat_ctx *f = c;
   if (f->hi != 0) {
-    unary_grad(f->kind, f->x + lo, f->y + lo, f->d + lo, f->o + lo, hi - lo);
+    unary_grad(f->kind, f->x ? f->x + lo : NULL, f->y + lo, f->d + lo, f->o + lo, hi - lo);
     return;
   }
   float tmp[UNARY_BLOCK];
   for (size_t i0 = lo; i0 < hi; i0 += UNARY_BLOCK) {
     size_t m = hi - i0 < UNARY_BLOCK ? hi - i0 : UNARY_BLOCK;
-    unary_grad(f->kind, f->x + i0, f->y + i0, f->d + i0, tmp, m);
+    unary_grad(f->kind, f->x ? f->x + i0 : NULL, f->y + i0, f->d + i0, tmp, m);
     float *restrict gx = f->o + i0;
     for (size_t i = 0; i < m; i++) gx[i] += tmp[i];
   }
@@ -588,6 +593,10 @@ int gl_unary(gl_tensor **out, gl_tensor *a, gl_unary_kind k) {
     gl_tensor *al = gl_alias(*out);
     gl_save(n, al);
     gl_release(al);
+    /* the kinds whose gradient reads only y (saved) keep x's header alone */
+    if (k == GL_NEG || k == GL_EXP || k == GL_TANH || k == GL_SIGMOID || k == GL_RELU ||
+        k == GL_SQRT || k == GL_RSQRT)
+      gl_input_header_only(n, 0);
   }
   return GL_OK;
 }

@@ -36,6 +36,7 @@ typedef struct { int dim; } softmax_state;
 
 static void save_output(gl_node *n, int dim, gl_tensor *y) {
   if (!n) return;
+  gl_input_header_only(n, 0);         /* backward reads y alone */
   GL_NODE_STATE(n, softmax_state)->dim = dim;
   gl_tensor *al = gl_alias(y);
   gl_save(n, al);
@@ -363,6 +364,7 @@ int gl_cross_entropy(gl_tensor **out, gl_tensor *logits, const gl_tensor *target
   gl_release(loss_r);
   if (st) { gl_release(p); return st; }
   gl_node *n = gl_record(&op_ce, 1, &logits, 1, out);
+  gl_input_header_only(n, 0);         /* backward reads the saved probabilities */
   if (n) {
     save_class_args(n, C, ignore_index, reduction, R, count, eps);
     if ((st = gl_clone(&tc, targets))) { gl_release(p); return st; }
@@ -416,6 +418,7 @@ int gl_nll_loss(gl_tensor **out, gl_tensor *logp, const gl_tensor *targets, int 
   gl_release(loss_r);
   if (st) return st;
   gl_node *n = gl_record(&op_nll, 1, &logp, 1, out);
+  gl_input_header_only(n, 0);
   if (n) {
     save_class_args(n, C, ignore_index, reduction, R, count, 0.0f);
     gl_tensor *tc;
@@ -551,6 +554,7 @@ int gl_dropout(gl_tensor **out, gl_tensor *a, float p, int training) {
   if ((st = gl_empty_like(out, a))) { gl_release(m); return st; }
   for (size_t i = 0; i < a->numel; i++) (*out)->data[i] = a->data[i] * m->data[i];
   gl_node *n = gl_record(&op_dropout, 1, &a, 1, out);
+  gl_input_header_only(n, 0);         /* backward reads the saved mask */
   gl_save(n, m);
   gl_release(m);
   return GL_OK;

@@ -133,6 +133,7 @@ static int sum_or_mean(const char *name, int mean, gl_tensor **out, gl_tensor *a
   red_ctx c = {sp, scale, a->data, NULL, NULL, (*out)->data};
   gl_parallel_for(sp.outer * sp.inner, sp.n ? sp.n : 1, summean_range, &c);
   gl_node *n = gl_record(&op_summean, 1, &a, 1, out);
+  gl_input_header_only(n, 0);         /* backward spreads gout: shapes only */
   if (n) {
     save_span(n, &sp);
     GL_NODE_STATE(n, reduce_state)->scalar = scale;
@@ -198,6 +199,7 @@ static int extreme(const char *name, int want_max, gl_tensor **values, gl_tensor
     }
   if (values) {
     gl_node *n = gl_record(&op_extreme, 1, &a, 1, values);
+    gl_input_header_only(n, 0);       /* backward reads the saved indices */
     if (n) {
       save_span(n, &sp);
       /* a private copy: the caller owns (and may rewrite) the returned indices */

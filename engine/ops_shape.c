@@ -108,7 +108,7 @@ int gl_reshape(gl_tensor **out, gl_tensor *a, int ndim, const int *shape) {
     return gl_fail(GL_ESHAPE, "reshape: %s (%zu elements) cannot become %s (%zu elements)",
                    SHAPE(b1, a), a->numel, gl_shape_str(b2, sizeof b2, ndim, shape), known);
   int st = make_view(out, a, ndim, s, 0);
-  if (!st) gl_record(&op_reshape, 1, &a, 1, out);
+  if (!st) gl_input_header_only(gl_record(&op_reshape, 1, &a, 1, out), 0);
   return st;
 }
 
@@ -216,6 +216,7 @@ int gl_permute(gl_tensor **out, gl_tensor *a, const int *perm) {
   if (st) return st;
   permute_copy(a->data, a->shape, a->ndim, perm, (*out)->data, 0);
   gl_node *n = gl_record(&op_permute, 1, &a, 1, out);
+  gl_input_header_only(n, 0);         /* backward permutes gout back: shapes only */
   if (n) memcpy(GL_NODE_STATE(n, permute_state)->perm, perm, sizeof(int) * (size_t)a->ndim);
   return GL_OK;
 }
@@ -279,6 +280,7 @@ static int narrow_impl(const char *op, gl_tensor **out, gl_tensor *a, int dim, i
   }
   if (st) return st;
   gl_node *nd = gl_record(&op_narrow, 1, &a, 1, out);
+  gl_input_header_only(nd, 0);
   if (nd) *GL_NODE_STATE(nd, narrow_state) = (narrow_state){dim, start, len};
   return GL_OK;
 }
@@ -360,7 +362,9 @@ int gl_index_select(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx
     for (size_t k = 0; k < K; k++)
       memcpy((*out)->data + (o * K + k) * inner, a->data + (o * len + (size_t)idx->data[k]) * inner,
              sizeof(float) * inner);
-  return save_index(gl_record(&op_index_select, 1, &a, 1, out), dim, idx);
+  gl_node *n = gl_record(&op_index_select, 1, &a, 1, out);
+  gl_input_header_only(n, 0);
+  return save_index(n, dim, idx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -444,7 +448,9 @@ int gl_gather(gl_tensor **out, gl_tensor *a, int dim, const gl_tensor *idx) {
   if (!offs) return gl_fail(GL_ENOMEM, "gather: out of memory");
   for (size_t p = 0; p < idx->numel; p++) (*out)->data[p] = a->data[offs[p]];
   free_offsets(offs, idx);
-  return save_index(gl_record(&op_gather, 1, &a, 1, out), dim, idx);
+  gl_node *n = gl_record(&op_gather, 1, &a, 1, out);
+  gl_input_header_only(n, 0);
+  return save_index(n, dim, idx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -601,6 +607,7 @@ int gl_cat(gl_tensor **out, int n, gl_tensor *const *ts, int dim) {
   int st = cat_core("cat", out, n, ts, dim);
   if (st) return st;
   gl_node *nd = gl_record(&op_cat, n, ts, 1, out);
+  for (int k = 0; k < n; k++) gl_input_header_only(nd, k);
   if (nd) GL_NODE_STATE(nd, cat_state)->dim = dim;
   return GL_OK;
 }
@@ -652,6 +659,6 @@ int gl_expand(gl_tensor **out, gl_tensor *a, int ndim, const int *shape) {
   st = gl_copy_(*out, a);
   gl_set_grad_enabled(prev);
   if (st) return st;
-  gl_record(&op_expand, 1, &a, 1, out);
+  gl_input_header_only(gl_record(&op_expand, 1, &a, 1, out), 0);
   return GL_OK;
 }

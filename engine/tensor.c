@@ -192,7 +192,15 @@ void gl_retain(gl_tensor *t) {
 }
 
 void gl_release(gl_tensor *t) {
-  if (!t || --t->refs > 0) return;
+  if (!t) return;
+  if (--t->refs > 0) {
+    if (t->refs == t->hdr_refs && t->st) {     /* only nodes that never read the data left */
+      storage_release(t->st);
+      t->st = NULL;
+      t->data = NULL;
+    }
+    return;
+  }
   storage_release(t->st);
   gl_release(t->grad);
   if (t->node) gl_node_release(t->node);

@@ -85,4 +85,37 @@ function T.test_a_smaller_map_borrows_a_cached_bigger_block_and_gives_it_back()
   glimpse.empty_cache()
 end
 
+-- an activation that only an add, a relu, a reshape or a sum reads is not kept for backward:
+-- once the Lua handle is gone its bytes go back, and the gradients are the same
+function T.test_activations_no_backward_reads_are_given_back_before_backward()
+  glimpse.manual_seed(3)
+  local N = 256 * 1024                                   -- 1 MiB of floats per activation
+  local x = glimpse.randn(N):requires_grad()
+  local w = glimpse.randn(N):requires_grad()
+  local function forward()
+    local h = x * w                  -- mul reads both inputs: x, w kept (they are leaves)
+    local a = h * 2                  -- h: read by nothing below but the mul by a scalar
+    local r = (a + 1):relu()         -- a + 1: read by the relu only; relu keeps its output
+    local s = r:reshape(512, 512):exp():sum()   -- exp keeps its output, sum nothing
+    return s
+  end
+  collectgarbage(); collectgarbage()
+  local base = glimpse.memory().live
+  local s = forward()
+  collectgarbage(); collectgarbage()
+  local held = glimpse.memory().live - base
+  -- kept: relu's output (saved, and the reshape's view of it) and exp's (saved), 2 MiB;
+  -- given back: h, a and a + 1, which every op kept until backward before (5 MiB)
+  lu.assertTrue(held <= 2 * N * 4 + 65536, ("%d bytes held for backward, 2 MiB expected")
+                :format(held))
+  s:backward()
+  local gx = x.grad:clone()
+  -- the same gradient by hand: d/dx exp(relu(2xw + 1)) = exp(...) * [2xw + 1 > 0] * 2w
+  local want = glimpse.no_grad(function()
+    local z = x * w * 2 + 1
+    return z:relu():exp() * (z:gt(0)) * w * 2
+  end)
+  lu.assertTrue((gx - want):abs():max():item() <= 1e-4 * want:abs():max():item())
+end
+
 return T
