@@ -11,6 +11,7 @@
  *                                                       the same in evaluation, in place
  *                                                       (no tape), with the ReLU fused -> x
  *   glimpse._conv2d_naive(...)                          conv2d's direct-loop oracle, for tests
+ *   glimpse._winograd_tile(m)                           Winograd's tile: 2, 4 or 0 (by size)
  */
 #include "lglimpse.h"
 
@@ -126,8 +127,19 @@ static int l_batch_norm_eval_(lua_State *L) {
   return 1;
 }
 
+/* _winograd_tile(m): Winograd's output tile for 3x3 stride-1 convolutions, 2, 4 or 0 (by
+ * size; the default) -> the previous setting (tests and measurements force one) */
+static int l_winograd_tile(lua_State *L) {
+  lua_Integer m = luaL_checkinteger(L, 1);
+  if (m != 0 && m != 2 && m != 4)
+    return luaL_error(L, "_winograd_tile: tile must be 0 (by size), 2 or 4, got %d", (int)m);
+  lua_pushinteger(L, gl_conv_winograd_tile((int)m));
+  return 1;
+}
+
 static const luaL_Reg nn_fns[] = {
     {"conv2d", l_conv2d},         {"_conv2d_naive", l_conv2d_naive},
+    {"_winograd_tile", l_winograd_tile},
     {"max_pool2d", l_max_pool2d}, {"avg_pool2d", l_avg_pool2d},
     {"layer_norm", l_layer_norm}, {"batch_norm2d", l_batch_norm},
     {"batch_norm", l_batch_norm}, {"batch_norm_eval_", l_batch_norm_eval_},

@@ -121,37 +121,50 @@ function T.test_conv2d_large_image_in_bands_matches_direct_loops()
 end
 
 -- 3x3 stride-1 convolutions with 16 or more channels in and out go through Winograd
--- F(2x2, 3x3) (forward and input gradient); odd output sizes leave half-empty edge tiles,
--- padding 0..2 covers every adjoint padding (2 - p).
+-- (forward and input gradient): F(4x4, 3x3) for outputs of at least 8 x 8, else F(2x2, 3x3);
+-- each case runs with both tiles forced (glimpse._winograd_tile) and by size.  Outputs that
+-- are not a multiple of the tile leave part-empty edge tiles, padding 0..2 covers every
+-- adjoint padding (2 - p).
 local WINOGRAD_CASES = {
   -- B, C, H, W, O, padding, bias
   {2, 16, 9, 7, 16, 1, true},
   {3, 20, 8, 8, 24, 0, true},
   {2, 16, 6, 5, 18, 2, false},
   {1, 32, 5, 12, 16, {0, 2}, true},
-  {1, 16, 131, 129, 16, 1, true},   -- 66x65 tiles: too big for one chunk, done in bands
+  {2, 24, 13, 11, 20, 1, true},
+  {1, 16, 131, 129, 16, 1, true},   -- 66x65 tiles of 2: too big for one chunk, done in bands
+  {1, 16, 203, 198, 16, 1, false},  -- 51x50 tiles of 4: bands too
 }
 local WINOGRAD_RTOL = 1e-5     -- the transforms' extra rounding, relative to the largest entry
 
 function T.test_conv2d_winograd_path_matches_direct_loops_outputs_and_grads()
-  glimpse.manual_seed(13)
-  for k, c in ipairs(WINOGRAD_CASES) do
-    local B, C, H, W, O, pad, bias = table.unpack(c)
-    local x, w = glimpse.randn(B, C, H, W), glimpse.randn(O, C, 3, 3)
-    local b = bias and glimpse.randn(O) or nil
-    local opts = {padding = pad}
-    local fast_in, slow_in = {leaf(x), leaf(w)}, {leaf(x), leaf(w)}
-    if b then fast_in[3], slow_in[3] = leaf(b), leaf(b) end
-    local probe = glimpse.conv2d(x, w, b, opts)
-    local dy = glimpse.randn(table.unpack(probe.shape))
-    local y1, g1 = forward_backward(function(a, bw, bb) return glimpse.conv2d(a, bw, bb, opts) end,
-                                    fast_in, dy)
-    local y2, g2 = forward_backward(function(a, bw, bb) return glimpse._conv2d_naive(a, bw, bb, opts) end,
-                                    slow_in, dy)
-    local what = "Winograd case " .. k
-    assert_close(y1, y2, WINOGRAD_RTOL, what .. " output")
-    for i = 1, #fast_in do assert_close(g1[i], g2[i], WINOGRAD_RTOL, what .. " grad " .. i) end
+  for _, tile in ipairs({2, 4, 0}) do
+    local prev = glimpse._winograd_tile(tile)
+    local ok, err = pcall(function()
+      for k, c in ipairs(WINOGRAD_CASES) do
+        glimpse.manual_seed(13 + k)
+        local B, C, H, W, O, pad, bias = table.unpack(c)
+        local x, w = glimpse.randn(B, C, H, W), glimpse.randn(O, C, 3, 3)
+        local b = bias and glimpse.randn(O) or nil
+        local opts = {padding = pad}
+        local fast_in, slow_in = {leaf(x), leaf(w)}, {leaf(x), leaf(w)}
+        if b then fast_in[3], slow_in[3] = leaf(b), leaf(b) end
+        local probe = glimpse.conv2d(x, w, b, opts)
+        local dy = glimpse.randn(table.unpack(probe.shape))
+        local y1, g1 = forward_backward(function(a, bw, bb) return glimpse.conv2d(a, bw, bb, opts) end,
+                                        fast_in, dy)
+        local y2, g2 = forward_backward(function(a, bw, bb)
+          return glimpse._conv2d_naive(a, bw, bb, opts)
+        end, slow_in, dy)
+        local what = ("Winograd tile %d, case %d"):format(tile, k)
+        assert_close(y1, y2, WINOGRAD_RTOL, what .. " output")
+        for i = 1, #fast_in do assert_close(g1[i], g2[i], WINOGRAD_RTOL, what .. " grad " .. i) end
+      end
+    end)
+    glimpse._winograd_tile(prev)
+    if not ok then error(err, 0) end
   end
+  lu.assertErrorMsgContains("tile must be 0 (by size), 2 or 4, got 3", glimpse._winograd_tile, 3)
 end
 
 function T.test_conv2d_gradcheck()
