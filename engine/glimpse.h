@@ -379,15 +379,16 @@ const char *gl_st_meta_value(const gl_st_file *f, size_t i);
 const char *gl_st_find_meta(const gl_st_file *f, const char *key); /* NULL if absent */
 
 /* ------------------------------------------------------------------------ */
-/* convolution and pooling (ops_conv.c), normalisation (ops_norm.c) */
+/* convolution (ops_conv.c, its Winograd path ops_conv_winograd.c) and pooling (ops_pool.c),
+ * normalisation (ops_norm.c) */
 
 /* x (B,C,H,W), w (O,C,kh,kw), bias (O) or NULL -> (B,O,Ho,Wo),
  * Ho = (H + 2*ph - kh) / sh + 1, Wo likewise; zero padding */
+int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh, int sw,
+              int ph, int pw);
 /* Winograd's output tile for 3x3 stride-1 convolutions: 2 (F(2x2,3x3)), 4 (F(4x4,3x3)) or
  * 0 (by size: 4 x 4 tiles for outputs of at least 16 x 16); returns the previous setting */
 int gl_conv_winograd_tile(int m);
-int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh, int sw,
-              int ph, int pw);
 /* the same op as direct loops (forward and backward): the test oracle for gl_conv2d */
 int gl_conv2d_naive(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh,
                     int sw, int ph, int pw);

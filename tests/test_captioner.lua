@@ -242,21 +242,10 @@ function T.test_global_output_rank_passes_the_mean_through_a_bottleneck()
   lu.assertStrContains(err, "'global_output_rank' needs global_output = true")
 end
 
-function T.test_global_output_pool_relu_counts_detectors_over_the_cells()
-  -- global_output_pool = "relu": the deep output gains U mean_i relu(P a_i + b), computed here
-  -- cell by cell from the weights; U from zero (the model without the option at first)
-  glimpse.manual_seed(29)
-  local opts = {global_output = true, global_output_rank = 3, global_output_pool = "relu",
-                attention = "hard", hard_eval = "argmax"}
-  local with = tiny(opts)
-  local without = tiny({attention = "hard", hard_eval = "argmax"})
-  without:load_state_dict(with:state_dict(), {strict = false})
-  lu.assertEquals(with.out_g_in.bias.shape, {3})
-  local b, a = same_as_without(with, without)
-  glimpse.no_grad(function()
-    with.out_g.weight:uniform_(-0.5, 0.5); with.out_g_in.bias:uniform_(-0.5, 0.5)
-  end)
-  local P, pb, av = with.out_g_in.weight:totable(), with.out_g_in.bias:totable(), a:totable()
+-- mean_i relu(P a_i + b) of the detectors lin (P, b) over each caption's cells of a (B,L,D),
+-- cell by cell from the weights, as a Lua table (B,r); checks the ReLU cuts some cells, not all
+local function detectors_by_hand(lin, a)
+  local P, pb, av = lin.weight:totable(), lin.bias:totable(), a:totable()
   local pooled, clipped, kept = {}, 0, 0
   for bi = 1, #av do
     local row = {}
@@ -272,7 +261,25 @@ function T.test_global_output_pool_relu_counts_detectors_over_the_cells()
     end
     pooled[bi] = row
   end
-  lu.assertTrue(clipped > 0 and kept > 0)         -- the ReLU cuts some cells, not all
+  lu.assertTrue(clipped > 0 and kept > 0)
+  return pooled
+end
+
+function T.test_global_output_pool_relu_counts_detectors_over_the_cells()
+  -- global_output_pool = "relu": the deep output gains U mean_i relu(P a_i + b), computed here
+  -- cell by cell from the weights; U from zero (the model without the option at first)
+  glimpse.manual_seed(29)
+  local opts = {global_output = true, global_output_rank = 3, global_output_pool = "relu",
+                attention = "hard", hard_eval = "argmax"}
+  local with = tiny(opts)
+  local without = tiny({attention = "hard", hard_eval = "argmax"})
+  without:load_state_dict(with:state_dict(), {strict = false})
+  lu.assertEquals(with.out_g_in.bias.shape, {3})
+  local b, a = same_as_without(with, without)
+  glimpse.no_grad(function()
+    with.out_g.weight:uniform_(-0.5, 0.5); with.out_g_in.bias:uniform_(-0.5, 0.5)
+  end)
+  local pooled = detectors_by_hand(with.out_g_in, a)
   local gv = glimpse.no_grad(function() return with.out_g(glimpse.tensor(pooled)) end)
   assert_a_bias_per_caption(with, a, b.captions_in, {attention = "hard", hard_eval = "argmax"},
                             function(m) return m.out_z.bias end, gv)
@@ -311,24 +318,7 @@ function T.test_global_feature_pool_relu_gives_the_lstm_detectors_over_the_cells
   glimpse.no_grad(function()
     with.global_in.weight:uniform_(-0.5, 0.5); with.global_in_p.bias:uniform_(-0.5, 0.5)
   end)
-  local P, pb, av = with.global_in_p.weight:totable(), with.global_in_p.bias:totable(),
-                    a:totable()
-  local pooled, clipped, kept = {}, 0, 0
-  for bi = 1, #av do
-    local row = {}
-    for r = 1, #P do
-      local sum = 0
-      for i = 1, #av[bi] do
-        local h = pb[r]
-        for d = 1, #P[r] do h = h + P[r][d] * av[bi][i][d] end
-        if h < 0 then clipped = clipped + 1 else kept = kept + 1 end
-        sum = sum + math.max(0, h)
-      end
-      row[r] = sum / #av[bi]
-    end
-    pooled[bi] = row
-  end
-  lu.assertTrue(clipped > 0 and kept > 0)         -- the ReLU cuts some cells, not all
+  local pooled = detectors_by_hand(with.global_in_p, a)
   local got = glimpse.no_grad(function() return with:_global_input(a) end)
   local want = glimpse.no_grad(function() return with.global_in(glimpse.tensor(pooled)) end)
   assert_close(got, want, {atol = FLOAT_TOL}, "U mean_i relu(P a_i + b)")
