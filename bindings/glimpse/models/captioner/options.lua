@@ -204,19 +204,15 @@ function M.config(o, level)
   if c.unseen_from ~= "attention" and not c.unseen_feature then
     check.fail(level, "Captioner: unseen_from = %q needs unseen_feature = true", c.unseen_from)
   end
-  if c.global_output_rank > 0 and not c.global_output then
-    check.fail(level, "Captioner: option 'global_output_rank' needs global_output = true")
-  end
-  if c.global_output_pool ~= "mean" and c.global_output_rank == 0 then
-    check.fail(level, "Captioner: global_output_pool = %q needs global_output_rank > 0 " ..
-                      "(the detectors P a_i + b)", c.global_output_pool)
-  end
-  if c.global_feature_rank > 0 and not c.global_feature then
-    check.fail(level, "Captioner: option 'global_feature_rank' needs global_feature = true")
-  end
-  if c.global_feature_pool ~= "mean" and c.global_feature_rank == 0 then
-    check.fail(level, "Captioner: global_feature_pool = %q needs global_feature_rank > 0 " ..
-                      "(the detectors P a_i + b)", c.global_feature_pool)
+  for _, g in ipairs({"global_output", "global_feature"}) do    -- each pathway's bottleneck
+    local rank, pool = c[g .. "_rank"], c[g .. "_pool"]
+    if rank > 0 and not c[g] then
+      check.fail(level, "Captioner: option '%s_rank' needs %s = true", g, g)
+    end
+    if pool ~= "mean" and rank == 0 then
+      check.fail(level, "Captioner: %s_pool = %q needs %s_rank > 0 (the detectors P a_i + b)",
+                 g, pool, g)
+    end
   end
   if c.global_output and not c.deep_output then
     check.fail(level, "Captioner: option 'global_output' needs the deep output layer " ..
