@@ -11,7 +11,7 @@
  *                                                       the same in evaluation, in place
  *                                                       (no tape), with the ReLU fused -> x
  *   glimpse._conv2d_naive(...)                          conv2d's direct-loop oracle, for tests
- *   glimpse._winograd_tile(m)                           Winograd's tile: 2, 4 or 0 (by size)
+ *   glimpse._winograd_tile(m)                           Winograd's tile: 2, 4, 0 (by size), -1 (off)
  */
 #include "lglimpse.h"
 
@@ -128,11 +128,13 @@ static int l_batch_norm_eval_(lua_State *L) {
 }
 
 /* _winograd_tile(m): Winograd's output tile for 3x3 stride-1 convolutions, 2, 4 or 0 (by
- * size; the default) -> the previous setting (tests and measurements force one) */
+ * size; the default), or -1 (no Winograd: im2col) -> the previous setting (tests and
+ * measurements force one) */
 static int l_winograd_tile(lua_State *L) {
   lua_Integer m = luaL_checkinteger(L, 1);
-  if (m != 0 && m != 2 && m != 4)
-    return luaL_error(L, "_winograd_tile: tile must be 0 (by size), 2 or 4, got %d", (int)m);
+  if (m != -1 && m != 0 && m != 2 && m != 4)
+    return luaL_error(L, "_winograd_tile: tile must be 0 (by size), 2, 4 or -1 (off), got %d",
+                      (int)m);
   lua_pushinteger(L, gl_conv_winograd_tile((int)m));
   return 1;
 }

@@ -386,8 +386,9 @@ const char *gl_st_find_meta(const gl_st_file *f, const char *key); /* NULL if ab
  * Ho = (H + 2*ph - kh) / sh + 1, Wo likewise; zero padding */
 int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh, int sw,
               int ph, int pw);
-/* Winograd's output tile for 3x3 stride-1 convolutions: 2 (F(2x2,3x3)), 4 (F(4x4,3x3)) or
- * 0 (by size: 4 x 4 tiles for outputs of at least 16 x 16); returns the previous setting */
+/* Winograd's output tile for 3x3 stride-1 convolutions: 2 (F(2x2,3x3)), 4 (F(4x4,3x3)),
+ * 0 (by size: 4 x 4 tiles for outputs of at least 16 x 16) or -1 (off: im2col); returns the
+ * previous setting */
 int gl_conv_winograd_tile(int m);
 /* the same op as direct loops (forward and backward): the test oracle for gl_conv2d */
 int gl_conv2d_naive(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int sh,

@@ -52,13 +52,13 @@ static int wino_fits(int ci, int co, int Ho, int Wo, int ph, int pw) {
 }
 
 /* the output tile: 4 x 4 (F(4x4, 3x3)) for outputs of at least WINO4_MIN_SIZE on each side,
- * else 2 x 2; gl_conv_winograd_tile forces one (0: this rule) */
+ * else 2 x 2; gl_conv_winograd_tile forces one (0: this rule; -1: no Winograd, im2col) */
 #define WINO4_MIN_SIZE 16
 static int wino_forced;
 
 int gl_conv_winograd_tile(int m) {
   int prev = wino_forced;
-  if (m == 0 || m == 2 || m == 4) wino_forced = m;
+  if (m == -1 || m == 0 || m == 2 || m == 4) wino_forced = m;
   return prev;
 }
 
@@ -72,11 +72,11 @@ static int is_3x3_s1(const conv_geom *g) {
 }
 
 int gl_wino_use(const conv_geom *g) {        /* x (C) -> y (O) */
-  return is_3x3_s1(g) && wino_fits(g->C, g->O, g->Ho, g->Wo, g->ph, g->pw);
+  return wino_forced >= 0 && is_3x3_s1(g) && wino_fits(g->C, g->O, g->Ho, g->Wo, g->ph, g->pw);
 }
 
 int gl_wino_use_dx(const conv_geom *g) {     /* dy (O) -> dx (C), padding 2 - p */
-  return is_3x3_s1(g) && g->ph <= 2 && g->pw <= 2 &&
+  return wino_forced >= 0 && is_3x3_s1(g) && g->ph <= 2 && g->pw <= 2 &&
          wino_fits(g->O, g->C, g->H, g->W, 2 - g->ph, 2 - g->pw);
 }
 

@@ -408,6 +408,101 @@ function T.test_unseen_feature_reads_what_attention_has_not_covered_yet()
   lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
 end
 
+-- unseen_feature_rank / _pool = "relu" and unseen_output: u_t is the mean over the cells of
+-- relu(P a_i + b) weighted by the attention not yet had; the LSTM input gains W_u u_t (the
+-- coverage before step t) and the deep output L_u u_t (the coverage after step t's
+-- attention), checked step by step by hand; with W_u = L_u = 0 the model is the one without;
+-- gradients reach P's bias and L_u; decoding is the same alone and batched for every rule;
+-- saved and loaded; the option rules are errors
+function T.test_unseen_detectors_reach_the_lstm_and_the_output()
+  glimpse.manual_seed(23)
+  local b = batch(CAPS)
+  local opts = {unseen_feature = true, unseen_feature_rank = 2, unseen_feature_pool = "relu",
+                unseen_output = true, hard_eval = "argmax"}
+  local with = hard(opts)
+  local without = hard({hard_eval = "argmax"})
+  without:load_state_dict(with:state_dict(), {strict = false})
+  with:evaluate(); without:evaluate()
+  local a = glimpse.no_grad(function() return with:annotate(b.images) end)
+  local function fwd(m) return glimpse.no_grad(function() return m:forward(a, b.captions_in) end) end
+  lu.assertEquals((fwd(with) - fwd(without)):abs():max():item(), 0)
+  glimpse.no_grad(function()
+    with.unseen_in.weight:uniform_(-0.5, 0.5)
+    with.out_u.weight:uniform_(-0.5, 0.5)
+    with.unseen_p.bias:uniform_(0, 0.5)
+  end)
+  local logits = fwd(with)
+  lu.assertTrue((logits - fwd(without)):abs():max():item() > 1e-3)
+  glimpse.no_grad(function()
+    local B, T, L = 3, b.captions_in.shape[2], a.shape[2]
+    local P, bias = with.unseen_p.weight:totable(), with.unseen_p.bias:totable()
+    local function u_of(cov)                       -- the detectors cell by cell
+      local u = {}
+      for n = 1, B do
+        u[n] = {0, 0}
+        for i = 1, L do
+          local w = math.max(0, math.min(1, 1 - cov[n][i]))
+          for r = 1, 2 do
+            local d = bias[r]
+            for k = 1, a.shape[3] do d = d + P[r][k] * a[n][i][k]:item() end
+            u[n][r] = u[n][r] + w * math.max(0, d) / L
+          end
+        end
+      end
+      return glimpse.tensor(u)
+    end
+    local We, Wz = with:_split_lstm()
+    local ey = with.embed(b.captions_in)
+    local xe = glimpse.linear(ey, We, with.lstm.bias_ih)
+    local h, c = with:initial_state(a)
+    local st = with:_attention_state(a)
+    local cov = glimpse.zeros(B, L)
+    for t = 1, T do
+      local z, alpha
+      h, c, z, alpha, st = with:_step(xe:select(2, t) + with.unseen_in(u_of(cov:totable())),
+                                      h, c, a, st, Wz)
+      cov = cov + alpha
+      local x = ey:select(2, t) + with.out_h(h) + with.out_z(z) + with.out_u(u_of(cov:totable()))
+      lu.assertTrue((with.out(x) - logits:select(2, t)):abs():max():item() < 1e-4, "step " .. t)
+    end
+  end)
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  for _, rule in ipairs({"argmax", "region", "marginal"}) do
+    with:set_hard_eval(rule)
+    lu.assertEquals(with:caption(imgs[2], {beam = 3}), with:caption(imgs, {beam = 3})[2], rule)
+    lu.assertEquals(with:caption(imgs[1], {beam = 1}), with:caption(imgs, {beam = 1})[1], rule)
+  end
+  with:set_hard_eval("argmax")
+  with:train()
+  with:loss(a, b.captions_in, b.captions_out, b.mask):backward()
+  lu.assertTrue(with.unseen_p.bias.grad:abs():sum():item() > 0)
+  lu.assertTrue(with.out_u.weight.grad:abs():sum():item() > 0)
+  with:evaluate()
+  local path = os.tmpname()
+  with:save(path)
+  local back = require("glimpse.models.captioner").Captioner.load(path)
+  os.remove(path)
+  lu.assertEquals({back.config.unseen_feature_rank, back.config.unseen_feature_pool,
+                   back.config.unseen_output}, {2, "relu", true})
+  lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
+  -- the rank with the mean pool: P of the weighted mean annotation
+  local lin = hard({unseen_feature = true, unseen_feature_rank = 3})
+  lu.assertEquals(lin.unseen_p.weight.shape, {3, a.shape[3]})
+  lu.assertNil(lin.unseen_p.bias)
+  lu.assertEquals(lin.unseen_in.weight.shape[2], 3)
+  for o, msg in pairs({
+      [{unseen_feature_rank = 2}] = "option 'unseen_feature_rank' needs unseen_feature = true",
+      [{unseen_feature = true, unseen_feature_pool = "relu"}] =
+        "unseen_feature_pool = \"relu\" needs unseen_feature_rank > 0",
+      [{unseen_output = true}] = "option 'unseen_output' needs unseen_feature = true",
+      [{unseen_feature = true, unseen_output = true, deep_output = false}] =
+        "option 'unseen_output' needs the deep output layer"}) do
+    local ok, e = pcall(hard, o)
+    lu.assertFalse(ok)
+    lu.assertStrContains(tostring(e), msg)
+  end
+end
+
 -- unseen_from = "reads": the coverage counts the cells each step read, a hard read's
 -- region_size window around the cell (clipped at the grid's edge), an expected context's
 -- alpha, a row of mix = "row" that read the expectation its alpha; the captioner trains,

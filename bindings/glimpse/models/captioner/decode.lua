@@ -78,7 +78,8 @@ function Captioner:_marginal_step(fixed, ban)
     local ey = self.embed(tokens)                               -- (N,E)
     local xe = glimpse.linear(ey, We, self.lstm.bias_ih)        -- (N,4H)
     if s.g then xe = xe + s.g end
-    if s.cov then xe = xe + self:_unseen_input(s.a, s.cov) end
+    local uc = s.cov and self:_unseen_cells(s.a)
+    if s.cov then xe = xe + self:_unseen_input(uc, s.cov) end
     local st = {cache = step_cache(fixed, s), keys = s.a, values = s.a, t = 0, logps = {},
                 entropies = {}}
     local rule = attn.hard_eval
@@ -102,7 +103,8 @@ function Captioner:_marginal_step(fixed, ban)
     local function rep(x, d) return x:reshape(N, 1, d):expand(N, M, d):reshape(N * M, d) end
     local h2, c2 = glimpse.lstm_cell(rep(xe, 4 * H) + glimpse.linear(z, Wz), rep(h, H), rep(c, H),
                                      self.lstm.weight_hh, self.lstm.bias_hh)
-    local lp = glimpse.log_softmax(self:_logits(rep(ey, E), h2, z, s.go and rep(s.go, E)), 2)
+    local go = s.cov and self:_with_unseen_output(s.go, uc, s.cov + alpha) or s.go
+    local lp = glimpse.log_softmax(self:_logits(rep(ey, E), h2, z, go and rep(go, E)), 2)
     lp = lp:reshape(N, M, V)
     local mix = (lp + lw:reshape(N, M, 1)):logsumexp(2)          -- (N,V)
     return mix:reshape(N, V) + ban, {hs = h2:reshape(N, M, H), cs = c2:reshape(N, M, H),
@@ -124,13 +126,15 @@ function Captioner:_decode_step(fixed)
     local ey = self.embed(tokens)                               -- (N,E)
     local xe = glimpse.linear(ey, We, self.lstm.bias_ih)
     if s.g then xe = xe + s.g end
-    if s.cov then xe = xe + self:_unseen_input(s.a, s.cov) end
+    local uc = s.cov and self:_unseen_cells(s.a)
+    if s.cov then xe = xe + self:_unseen_input(uc, s.cov) end
     local st = {cache = step_cache(fixed, s), keys = s.a, values = s.a, t = 0, logps = {},
                 entropies = {}, grid = self:_grid_of(s.a), extra = self:_extra_cells()}
     local h, c, z, alpha, st2 = self:_step(xe, s.h, s.c, s.a, st, Wz)
-    local lp = glimpse.log_softmax(self:_logits(ey, h, z, s.go), 2) + ban
-    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go,
-                cov = s.cov and s.cov + self:_coverage_step(alpha, st2)}, alpha
+    local cov = s.cov and s.cov + self:_coverage_step(alpha, st2)
+    local go = cov and self:_with_unseen_output(s.go, uc, cov) or s.go
+    local lp = glimpse.log_softmax(self:_logits(ey, h, z, go), 2) + ban
+    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go, cov = cov}, alpha
   end
 end
 

@@ -77,7 +77,9 @@ end
 -- whole_image
 -- makes the mean annotation one more cell (the maps returned stay the grid's L columns).
 -- unseen_feature adds W_u u_t to the LSTM input, u_t the mean of the annotations weighted by
--- the attention they have not had yet (W_u from 0, as W_g); unseen_from = "reads" counts
+-- the attention they have not had yet (W_u from 0, as W_g; unseen_feature_rank and
+-- unseen_feature_pool as global_feature's; unseen_output: L_u u_t in the deep output, with
+-- the coverage after step t); unseen_from = "reads" counts
 -- as had the cells each step read (hard: the read cell's region_size window) instead.
 -- length_aux > 0 adds a head on h_t trained to predict log(words left), see cap:loss.
 -- length_penalty: GNMT's alpha for cap:caption.  image: what cap:prepare does to an image.
@@ -114,7 +116,9 @@ function Captioner:init(o)
     glimpse.no_grad(function() self.global_in.weight:zero_() end)
   end
   if c.unseen_feature then                                      -- ... and W_u u_t, from 0
-    self.unseen_in = nn.Linear(D, 4 * H, {bias = false})
+    local r = c.unseen_feature_rank                             -- (W_u = U P with rank r)
+    if r > 0 then self.unseen_p = nn.Linear(D, r, {bias = c.unseen_feature_pool == "relu"}) end
+    self.unseen_in = nn.Linear(r > 0 and r or D, 4 * H, {bias = false})
     glimpse.no_grad(function() self.unseen_in.weight:zero_() end)
   end
   if c.deep_output then
@@ -128,6 +132,11 @@ function Captioner:init(o)
     elseif c.global_output then                                 -- L_g, from 0 as W_g
       self.out_g = nn.Linear(D, E, {bias = false})
       glimpse.no_grad(function() self.out_g.weight:zero_() end)
+    end
+    if c.unseen_output then                                     -- L_u u_t, from 0
+      self.out_u = nn.Linear(c.unseen_feature_rank > 0 and c.unseen_feature_rank or D, E,
+                             {bias = false})
+      glimpse.no_grad(function() self.out_u.weight:zero_() end)
     end
   else
     self.out = nn.Linear(H, V)
@@ -263,13 +272,35 @@ function Captioner:_global_input(a)
   return self.global_in(v)
 end
 
--- unseen_feature: W_u u_t (B,4H), u_t = 1/L sum_i max(0, 1 - cov_i) a_i with cov (B,L') the
--- attention each cell of av (B,L',D) has had before step t (detached); nil without it
-function Captioner:_unseen_input(av, cov)
-  if not cov then return nil end
+-- what unseen_feature weights, per cell of av (B,L',D): the annotations, or with
+-- unseen_feature_pool "relu" the detectors relu(P a_i + b) (B,L',r)
+function Captioner:_unseen_cells(av)
+  if self.config.unseen_feature_pool == "relu" then return self.unseen_p(av):relu() end
+  return av
+end
+
+-- u_t (B,D or r) = 1/L sum_i max(0, 1 - cov_i) x_i with x (B,L',.) cap:_unseen_cells' and cov
+-- (B,L') the attention each cell has had (detached); P u_t with a rank and the mean pool
+function Captioner:_unseen_vector(cells, cov)
   local B, L = cov.shape[1], cov.shape[2]
   local w = (1 - cov):clamp(0, 1):reshape(B, 1, L)
-  return self.unseen_in(w:matmul(av):reshape(B, av.shape[3]) / L)
+  local u = w:matmul(cells):reshape(B, cells.shape[3]) / L
+  if self.unseen_p and self.config.unseen_feature_pool ~= "relu" then u = self.unseen_p(u) end
+  return u
+end
+
+-- unseen_feature: W_u u_t (B,4H) for the coverage cov before step t; nil without it
+function Captioner:_unseen_input(cells, cov)
+  if not cov then return nil end
+  return self.unseen_in(self:_unseen_vector(cells, cov))
+end
+
+-- unseen_output: go (B,E or nil, the global output) plus L_u u_t for the coverage cov after
+-- step t's attention; go itself without it
+function Captioner:_with_unseen_output(go, cells, cov)
+  if not self.out_u then return go end
+  local lu = self.out_u(self:_unseen_vector(cells, cov))
+  return go and go + lu or lu
 end
 
 -- what step t adds to the coverage (detached, (B,L')): alpha_t, or with unseen_from =
@@ -406,17 +437,21 @@ function Captioner:forward(x, captions_in, opts)
   end
   local hs, zs, alphas, betas = {}, {}, {}, {}
   local cov = self:_first_coverage(av)
+  local uc = cov and self:_unseen_cells(av)
+  local uo = {}                                                -- L_u u_t (unseen_output)
   for t = 1, T do
     local z, alpha, beta
     local xt = xe:select(2, t)
-    if cov then xt = xt + self:_unseen_input(av, cov) end
+    if cov then xt = xt + self:_unseen_input(uc, cov) end
     h, c, z, alpha, st, beta = self:_step(xt, h, c, av, st, Wz)
     if cov then cov = cov + self:_coverage_step(alpha, st) end
+    if self.out_u then uo[t] = self:_with_unseen_output(nil, uc, cov) end
     hs[t], zs[t], alphas[t] = h, z, alpha
     if beta then betas[t] = beta:reshape(B) end
   end
   local go = self:_global_output(a)
   if go then go = go:reshape(B, 1, go.shape[2]) end
+  if self.out_u then go = go and go + glimpse.stack(uo, 2) or glimpse.stack(uo, 2) end
   local hstack = glimpse.stack(hs, 2)
   local logits = self:_logits(ey, hstack, glimpse.stack(zs, 2), go)
   st.hs = hstack                                               -- (B,T,H): h_t (length_aux)

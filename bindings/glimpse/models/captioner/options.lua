@@ -68,6 +68,16 @@ M.OPTIONS = options.declare("Captioner", {
   {"unseen_feature", "boolean", false, help = "the annotations weighted by the attention " ..
    "they have not had yet, max(0, 1 - sum_{s<t} alpha_si), averaged, in the LSTM input at " ..
    "every step (coverage: what is left to describe)"},
+  {"unseen_feature_rank", "int", 0, range = {0},
+   help = "unseen_feature through a bottleneck of this many dimensions, W_u = U P (0: full " ..
+          "rank)"},
+  {"unseen_feature_pool", "string", "mean", choices = {"mean", "relu"},
+   help = "unseen_feature's pooling: P of the weighted mean annotation, or the weighted mean " ..
+          "of relu(P a_i + b), r detectors over the cells not yet attended, so the state can " ..
+          "hold how many items are left to name (needs unseen_feature_rank > 0)"},
+  {"unseen_output", "boolean", false,
+   help = "unseen_feature's pooled vector, after step t's attention, in the deep output " ..
+          "layer too (L_u from 0): the word, <end> included, sees what is left"},
   {"unseen_from", "string", "attention", choices = {"attention", "reads"},
    help = "unseen_feature's coverage: the attention distributions (attention) or what each " ..
           "step read (reads: a hard read's region_size window, an expected context's alpha)"},
@@ -190,8 +200,8 @@ end
 --- copts.config(o, level) -> the checked options with the defaults filled in, and the rules
 --- between options: unseen_from "reads" needs unseen_feature, global_output_rank needs
 --- global_output, global_output_pool "relu" needs global_output_rank (and the same for
---- global_feature's), global_output needs
---- deep_output, region_size is odd, baseline "loo"
+--- global_feature's and unseen_feature's), global_output and unseen_output need
+--- deep_output, unseen_output needs unseen_feature, region_size is odd, baseline "loo"
 --- needs samples >= 2; soft_prob_end, entropy_end and baseline follow their defaults.
 --- level: as error's, counted from copts.config's caller.
 function M.config(o, level)
@@ -204,7 +214,7 @@ function M.config(o, level)
   if c.unseen_from ~= "attention" and not c.unseen_feature then
     check.fail(level, "Captioner: unseen_from = %q needs unseen_feature = true", c.unseen_from)
   end
-  for _, g in ipairs({"global_output", "global_feature"}) do    -- each pathway's bottleneck
+  for _, g in ipairs({"global_output", "global_feature", "unseen_feature"}) do -- bottlenecks
     local rank, pool = c[g .. "_rank"], c[g .. "_pool"]
     if rank > 0 and not c[g] then
       check.fail(level, "Captioner: option '%s_rank' needs %s = true", g, g)
@@ -214,9 +224,14 @@ function M.config(o, level)
                  g, pool, g)
     end
   end
-  if c.global_output and not c.deep_output then
-    check.fail(level, "Captioner: option 'global_output' needs the deep output layer " ..
-                      "(deep_output = true)")
+  for _, o in ipairs({"global_output", "unseen_output"}) do
+    if c[o] and not c.deep_output then
+      check.fail(level, "Captioner: option '%s' needs the deep output layer " ..
+                        "(deep_output = true)", o)
+    end
+  end
+  if c.unseen_output and not c.unseen_feature then
+    check.fail(level, "Captioner: option 'unseen_output' needs unseen_feature = true")
   end
   if c.region_size % 2 == 0 then
     check.fail(level, "Captioner: option 'region_size' must be odd (a window centred on a " ..
