@@ -122,7 +122,8 @@ end
 
 -- 3x3 stride-1 convolutions with 16 or more channels in and out go through Winograd
 -- (forward and input gradient): F(4x4, 3x3) for outputs of at least 8 x 8, else F(2x2, 3x3);
--- each case runs with both tiles forced (glimpse._winograd_tile) and by size.  Outputs that
+-- each case runs with both tiles forced (glimpse._winograd_tile), by size, and with Winograd
+-- off (-1: the same convolutions through im2col).  Outputs that
 -- are not a multiple of the tile leave part-empty edge tiles, padding 0..2 covers every
 -- adjoint padding (2 - p).
 local WINOGRAD_CASES = {
@@ -138,7 +139,7 @@ local WINOGRAD_CASES = {
 local WINOGRAD_RTOL = 1e-5     -- the transforms' extra rounding, relative to the largest entry
 
 function T.test_conv2d_winograd_path_matches_direct_loops_outputs_and_grads()
-  for _, tile in ipairs({2, 4, 0}) do
+  for _, tile in ipairs({2, 4, 0, -1}) do
     local prev = glimpse._winograd_tile(tile)
     local ok, err = pcall(function()
       for k, c in ipairs(WINOGRAD_CASES) do
@@ -164,7 +165,8 @@ function T.test_conv2d_winograd_path_matches_direct_loops_outputs_and_grads()
     glimpse._winograd_tile(prev)
     if not ok then error(err, 0) end
   end
-  lu.assertErrorMsgContains("tile must be 0 (by size), 2 or 4, got 3", glimpse._winograd_tile, 3)
+  lu.assertErrorMsgContains("tile must be 0 (by size), 2, 4 or -1 (off), got 3",
+                            glimpse._winograd_tile, 3)
 end
 
 function T.test_conv2d_gradcheck()
