@@ -129,7 +129,7 @@ static int l_data_set(lua_State *L) {
     d[k - 1] = (float)v;
     lua_pop(L, 1);
   }
-  t->version++;
+  gl_touch(t);
   return 0;
 }
 

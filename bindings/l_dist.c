@@ -240,6 +240,7 @@ static int l_broadcast(lua_State *L) {
     return luaL_error(L, "glimpse.dist.broadcast: root %d is not a rank (0..%d)", root, d_size - 1);
   if (mpi->bcast(t->data, t->numel, root, err, sizeof err))
     return luaL_error(L, "glimpse.dist.broadcast: %s", err);
+  gl_touch(t);
   lua_settop(L, 1);
   return 1;
 }
@@ -255,6 +256,7 @@ static int l_allreduce(lua_State *L) {
   check_agree(L, "allreduce", CALL_ALLREDUCE, codes[op], 0, t);
   if (mpi->allreduce(t->data, t->numel, codes[op], err, sizeof err))
     return luaL_error(L, "glimpse.dist.allreduce: %s", err);
+  gl_touch(t);
   lua_settop(L, 1);
   return 1;
 }

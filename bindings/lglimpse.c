@@ -626,16 +626,19 @@ static int l_is_grad_enabled(lua_State *L) {
 /* memory and BLAS facts */
 
 static int l_memory(lua_State *L) {
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   lua_pushinteger(L, (lua_Integer)gl_bytes_live());
   lua_setfield(L, -2, "live");
   lua_pushinteger(L, (lua_Integer)gl_bytes_cached());
   lua_setfield(L, -2, "cached");
+  lua_pushinteger(L, (lua_Integer)gl_wino_cache_bytes());
+  lua_setfield(L, -2, "winograd_weights");
   return 1;
 }
 
 static int l_empty_cache(lua_State *L) {
   (void)L;
+  gl_wino_cache_clear();    /* conv2d's kept Winograd weights go back to the cache first */
   gl_empty_cache();
   return 0;
 }

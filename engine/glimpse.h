@@ -51,6 +51,8 @@ typedef struct gl_storage {
   float *data;       /* 64-byte aligned */
   size_t cap;        /* floats allocated (a caching-allocator bucket) */
   int refs;
+  unsigned version;  /* bumped by every in-place write through any tensor over it (gl_touch) */
+  uint64_t id;       /* unique for the process's life (storage structs are reused) */
 } gl_storage;
 
 struct gl_node;
@@ -85,6 +87,9 @@ int gl_clone(gl_tensor **out, const gl_tensor *t);                 /* a copy, no
 /* A new header over the same storage and shape, outside any graph. */
 gl_tensor *gl_alias(gl_tensor *t);
 
+/* t's data was written in place: bumps t's version and its storage's (every view of it
+ * then reads as changed; caches keyed on the storage's version see the write) */
+void gl_touch(gl_tensor *t);
 void gl_retain(gl_tensor *t);
 void gl_release(gl_tensor *t);     /* NULL is fine */
 int gl_same_shape(const gl_tensor *a, const gl_tensor *b);
@@ -97,6 +102,10 @@ size_t gl_bytes_cached(void);
 /* Bytes handed out since start (never decreases): how fast tensors are being made. */
 size_t gl_bytes_handed_out(void);
 void gl_empty_cache(void);
+/* conv2d's Winograd weights kept between inference calls (see ops_conv_winograd.c): the
+ * bytes they hold (counted in gl_bytes_live), and giving them all back */
+size_t gl_wino_cache_bytes(void);
+void gl_wino_cache_clear(void);
 /* Raw aligned scratch memory through the same cache (for kernels' workspaces). */
 float *gl_scratch_alloc(size_t nfloats);
 void gl_scratch_free(float *p, size_t nfloats);

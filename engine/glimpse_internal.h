@@ -93,4 +93,7 @@ gl_tensor *gl_grad_slot(gl_node *n, int i, int *fresh);
  * file gets blocking reads back.  -1 with errno as open's.  (io.c) */
 int gl_open_read(const char *path);
 
+/* conv2d's kept Winograd weights (ops_conv_winograd.c): drop those of a storage that dies */
+void gl_wino_cache_forget(uint64_t storage_id);
+
 #endif

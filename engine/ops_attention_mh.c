@@ -325,7 +325,7 @@ int gl_kv_copy_rows(gl_tensor *dst, int at, const gl_tensor *src, int from, int 
   for (size_t b = 0; b < N && len; b++)
     memmove(dst->data + (b * Rd + at) * d, src->data + (b * Rs + from) * d,
             len * sizeof(float));
-  dst->version++;
+  gl_touch(dst);
   return GL_OK;
 }
 

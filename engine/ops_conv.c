@@ -470,14 +470,17 @@ int gl_conv2d(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *bias, int 
   if ((*out)->numel > 0 && gl_wino_use(&g)) {
     int wm = gl_wino_tile(g.Ho, g.Wo);
     size_t nU = (size_t)(wm + 2) * (wm + 2) * g.O * g.C;
-    float *U = gl_scratch_alloc(nU);
-    st = U ? GL_OK : gl_fail(GL_ENOMEM, "conv2d: out of memory for the Winograd weights");
-    if (U) {
-      gl_wino_weights(w->data, g.O, g.C, 0, wm, U);
-      st = gl_wino_conv(x->data, g.B, g.C, g.H, g.W, g.ph, g.pw, U, wm, g.O,
-                         bias ? bias->data : NULL, 0, y);
-      gl_scratch_free(U, nU);
-    }
+    size_t tiles = (size_t)g.B * ((g.Ho + wm - 1) / wm) * ((g.Wo + wm - 1) / wm);
+    /* weights no tape will change (inference, or frozen) may keep their transform */
+    const float *kept = w->requires_grad && gl_grad_enabled()
+                        ? NULL : gl_wino_cached_weights(w, g.O, g.C, wm, tiles);
+    float *U = kept ? NULL : gl_scratch_alloc(nU);
+    st = kept || U ? GL_OK : gl_fail(GL_ENOMEM, "conv2d: out of memory for the Winograd weights");
+    if (U) gl_wino_weights(w->data, g.O, g.C, 0, wm, U);
+    if (!st)
+      st = gl_wino_conv(x->data, g.B, g.C, g.H, g.W, g.ph, g.pw, kept ? kept : U, wm, g.O,
+                        bias ? bias->data : NULL, 0, y);
+    gl_scratch_free(U, nU);
     if (st) {
       gl_release(*out);
       *out = NULL;

@@ -40,5 +40,11 @@ int gl_wino_tile(int Ho, int Wo);
 void gl_wino_weights(const float *w, int O, int C, int adjoint, int m, float *U);
 int gl_wino_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw, const float *U,
                  int m, int Co, const float *bias, int add, float *y);
+/* The forward U of w (O,C,3,3) for tile m, kept between calls, for a call over `tiles` output
+ * tiles (batch x an image's): the cache's copy when w's storage has not been written since
+ * (gl_touch), made and kept when there is room, or NULL (the caller transforms into scratch
+ * of its own).  Only for calls whose weights no tape will change (the caller's test) and
+ * with few tiles, where the transform is a large share of the work (see WINO_CACHE_TILES). */
+const float *gl_wino_cached_weights(const gl_tensor *w, int O, int C, int m, size_t tiles);
 
 #endif

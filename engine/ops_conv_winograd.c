@@ -174,9 +174,11 @@ void gl_wino_weights(const float *w, int O, int C, int adjoint, int m, float *U)
                   m == 4 ? wino4_weights_range : wino_weights_range, &c);
 }
 
-/* The transforms' passes, each a loop along a row with restrict pointers so it vectorises:
- * B^T d over four input rows (all columns at once), then d' B over each result row, tile by
- * tile (tile tx reads columns 2tx .. 2tx+3). */
+/* F(2x2, 3x3)'s transforms a band of tile rows at a time, so that every loop runs along the
+ * band's tiles (at 7 x 7 and 14 x 14 an image's tile row is only 4 or 7 tiles): B^T over
+ * four rows (wino_bt: a0 = r0 - r2, a1 = r1 + r2, a2 = r2 - r1, a3 = r1 - r3; applied along
+ * columns it is d B), A^T over four rows (wino_at: t0 = m0 + m1 + m2, t1 = m1 - m2 - m3;
+ * along columns (A^T m) A).  Every array is its own restrict parameter, so they vectorise. */
 static void wino_bt(int n, const float *restrict r0, const float *restrict r1,
                     const float *restrict r2, const float *restrict r3, float *restrict a0,
                     float *restrict a1, float *restrict a2, float *restrict a3) {
@@ -188,80 +190,106 @@ static void wino_bt(int n, const float *restrict r0, const float *restrict r1,
   }
 }
 
-static void wino_b(int tiles, const float *restrict r, float *restrict v0, float *restrict v1,
-                   float *restrict v2, float *restrict v3) {
-  for (int tx = 0; tx < tiles; tx++) {
-    v0[tx] = r[2 * tx] - r[2 * tx + 2];
-    v1[tx] = r[2 * tx + 1] + r[2 * tx + 2];
-    v2[tx] = r[2 * tx + 2] - r[2 * tx + 1];
-    v3[tx] = r[2 * tx + 1] - r[2 * tx + 3];
-  }
-}
-
-/* A^T m over four rows of tiles, then (A^T m) A into two output rows (2 per tile) */
-static void wino_at(int tiles, const float *restrict m0, const float *restrict m1,
+static void wino_at(int n, const float *restrict m0, const float *restrict m1,
                     const float *restrict m2, const float *restrict m3, float *restrict t0,
                     float *restrict t1) {
-  for (int tx = 0; tx < tiles; tx++) {
-    t0[tx] = m0[tx] + m1[tx] + m2[tx];
-    t1[tx] = m1[tx] - m2[tx] - m3[tx];
+  for (int j = 0; j < n; j++) {
+    t0[j] = m0[j] + m1[j] + m2[j];
+    t1[j] = m1[j] - m2[j] - m3[j];
   }
 }
 
-static void wino_a(int tiles, const float *restrict s0, const float *restrict s1,
-                   const float *restrict s2, const float *restrict s3, float *restrict o) {
-  for (int tx = 0; tx < tiles; tx++) {
-    o[2 * tx] = s0[tx] + s1[tx] + s2[tx];
-    o[2 * tx + 1] = s1[tx] - s2[tx] - s3[tx];
+/* the four columns each tile of one band reads, as contiguous arrays over the band's tiles:
+ * c_j[ty tW + tx] = S[ty Wp + 2 tx + j] (S: one row per tile row, Wp wide) */
+static void wino_split(int rows, int tW, int Wp, const float *restrict S, float *restrict c0,
+                       float *restrict c1, float *restrict c2, float *restrict c3) {
+  for (int ty = 0; ty < rows; ty++) {
+    const float *r = S + (size_t)ty * Wp;
+    size_t o = (size_t)ty * tW;
+    for (int tx = 0; tx < tW; tx++) {
+      c0[o + tx] = r[2 * tx];
+      c1[o + tx] = r[2 * tx + 1];
+      c2[o + tx] = r[2 * tx + 2];
+      c3[o + tx] = r[2 * tx + 3];
+    }
   }
+}
+
+/* one output row from its two column phases: dst[2 tx + j] = [dst +] o_j[tx] (+ bo) */
+static void wino_store(int tiles, const float *restrict o0, const float *restrict o1, float bo,
+                       int add, float *restrict dst) {
+  if (add)
+    for (int tx = 0; tx < tiles; tx++) {
+      dst[2 * tx] += o0[tx];
+      dst[2 * tx + 1] += o1[tx];
+    }
+  else
+    for (int tx = 0; tx < tiles; tx++) {
+      dst[2 * tx] = bo + o0[tx];
+      dst[2 * tx + 1] = bo + o1[tx];
+    }
+}
+
+/* the scratch of wino_input and wino_output for a band of tile rows, tW tiles wide */
+static size_t wino_scratch(int band, int tW) {
+  size_t n = (size_t)band * tW, Wp = 2 * (size_t)tW + 2;
+  size_t in = 4 * (size_t)band * Wp + 4 * n, out = 12 * n;
+  return (in > out ? in : out) + 16;
 }
 
 /* One channel plane xc (H,W) -> the B^T d B of its tiles in tile rows [ty0, ty1):
- * v[k * kstride + tile], tiles row-major (the plane has tH x tW).  P: the padded plane (2 tH + 2) x (2 tW + 2), zero outside the image part, which
- * is overwritten here; S: scratch of 4 (2 tW + 2) floats.  Every loop runs along a row (over
- * columns or tiles) so it vectorises. */
+ * v[k * kstride + tile], k = 4 p + q, tiles row-major from the band's first.  P: the padded
+ * plane (2 tH + 2) x (2 tW + 2), zero outside the image part, which is overwritten here; S:
+ * wino_scratch(band, tW) floats.  B^T d of each tile row into S (four planes of band x Wp),
+ * then plane by plane the columns each tile reads split out and B applied along them. */
 static void wino_input(const float *xc, int H, int W, int ph, int pw, int tH, int tW, int ty0,
                        int ty1, float *P, float *S, float *v, size_t kstride) {
-  int Hp = 2 * tH + 2, Wp = 2 * tW + 2;
+  int Hp = 2 * tH + 2, Wp = 2 * tW + 2, rows = ty1 - ty0;
   int ia = ph, ib = H + ph < Hp ? H + ph : Hp, ja = pw, jb = W + pw < Wp ? W + pw : Wp;
   if (ia < 2 * ty0) ia = 2 * ty0;              /* only the rows the band's tiles read */
   if (ib > 2 * ty1 + 2) ib = 2 * ty1 + 2;
   for (int i = ia; i < ib && jb > ja; i++)
     memcpy(P + (size_t)i * Wp + ja, xc + (size_t)(i - ph) * W, sizeof(float) * (size_t)(jb - ja));
+  size_t ps = (size_t)rows * Wp, n = (size_t)rows * tW, ks = kstride;
   for (int ty = ty0; ty < ty1; ty++) {
-    const float *r0 = P + (size_t)(2 * ty) * Wp;
-    wino_bt(Wp, r0, r0 + Wp, r0 + 2 * Wp, r0 + 3 * Wp, S, S + Wp, S + 2 * Wp, S + 3 * Wp);
-    for (int p = 0; p < 4; p++) {
-      float *v0 = v + (size_t)(4 * p) * kstride + (size_t)(ty - ty0) * tW;
-      wino_b(tW, S + (size_t)p * Wp, v0, v0 + kstride, v0 + 2 * kstride, v0 + 3 * kstride);
-    }
+    const float *r = P + (size_t)(2 * ty) * Wp;
+    float *a = S + (size_t)(ty - ty0) * Wp;
+    wino_bt(Wp, r, r + Wp, r + 2 * Wp, r + 3 * Wp, a, a + ps, a + 2 * ps, a + 3 * ps);
+  }
+  float *c = S + 4 * ps;
+  for (int p = 0; p < 4; p++) {
+    float *v0 = v + (size_t)(4 * p) * ks;
+    wino_split(rows, tW, Wp, S + (size_t)p * ps, c, c + n, c + 2 * n, c + 3 * n);
+    wino_bt((int)n, c, c + n, c + 2 * n, c + 3 * n, v0, v0 + ks, v0 + 2 * ks, v0 + 3 * ks);
   }
 }
 
 /* One output channel, tile rows [ty0, ty1): m[k * kstride + tile] -> A^T m A into yo (Ho,Wo)
- * (output rows 2 ty0 .. 2 ty1 - 1): yo = bo + result,
- * or yo += result when add.  S: scratch of 12 tW floats. */
+ * (output rows 2 ty0 .. 2 ty1 - 1): yo = bo + result, or yo += result when add.  A^T m
+ * (s: 2 x 4 arrays, s + (4 i + q) n: row i for tile column q), then A (o: 2 x 2 arrays,
+ * o + (2 i + j) n), then the rows written.  S: wino_scratch(band, tW) floats. */
 static void wino_output(const float *m, size_t kstride, int Ho, int Wo, int ty0, int ty1,
                         int tW, float bo, int add, float *S, float *yo) {
-  float *o0 = S, *o1 = S + 2 * tW, *s0 = S + 4 * (size_t)tW, *s1 = S + 8 * (size_t)tW;
-  for (int ty = ty0; ty < ty1; ty++) {
-    const float *mt = m + (size_t)(ty - ty0) * tW;
-    for (int q = 0; q < 4; q++) {    /* A^T m: s0[q], s1[q] are rows of tW */
-      const float *m0 = mt + (size_t)q * kstride;
-      wino_at(tW, m0, m0 + 4 * kstride, m0 + 8 * kstride, m0 + 12 * kstride,
-              s0 + (size_t)q * tW, s1 + (size_t)q * tW);
-    }
-    wino_a(tW, s0, s0 + tW, s0 + 2 * (size_t)tW, s0 + 3 * (size_t)tW, o0);   /* (A^T m) A */
-    wino_a(tW, s1, s1 + tW, s1 + 2 * (size_t)tW, s1 + 3 * (size_t)tW, o1);
-    for (int i = 0; i < 2 && 2 * ty + i < Ho; i++) {
-      const float *restrict src = i ? o1 : o0;
-      float *restrict dst = yo + (size_t)(2 * ty + i) * Wo;
-      if (add)
-        for (int x = 0; x < Wo; x++) dst[x] += src[x];
-      else
-        for (int x = 0; x < Wo; x++) dst[x] = bo + src[x];
-    }
+  size_t n = (size_t)(ty1 - ty0) * tW, ks = 4 * kstride;
+  float *s = S, *o = S + 8 * n;
+  for (int q = 0; q < 4; q++) {
+    const float *m0 = m + (size_t)q * kstride;
+    wino_at((int)n, m0, m0 + ks, m0 + 2 * ks, m0 + 3 * ks, s + (size_t)q * n,
+            s + (size_t)(4 + q) * n);
   }
+  for (int i = 0; i < 2; i++) {
+    const float *s0 = s + (size_t)(4 * i) * n;
+    wino_at((int)n, s0, s0 + n, s0 + 2 * n, s0 + 3 * n, o + (size_t)(2 * i) * n,
+            o + (size_t)(2 * i + 1) * n);
+  }
+  int full = Wo / 2;                       /* tiles whose two columns both lie in the image */
+  for (int ty = ty0; ty < ty1; ty++)
+    for (int i = 0; i < 2 && 2 * ty + i < Ho; i++) {
+      const float *oi = o + (size_t)(2 * i) * n + (size_t)(ty - ty0) * tW;
+      float *dst = yo + (size_t)(2 * ty + i) * Wo;
+      wino_store(full, oi, oi + n, bo, add, dst);
+      if (Wo % 2) dst[Wo - 1] = add ? dst[Wo - 1] + oi[full] : bo + oi[full];
+    }
 }
 
 /* F(4x4, 3x3): B^T d over six input rows (all columns), then d' B along each result row,
@@ -476,7 +504,7 @@ int gl_wino_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw, co
   size_t nV = (size_t)K * ((size_t)Ci * Tb * nbmax + WINO_PAD);
   size_t nM = (size_t)K * ((size_t)Co * Tb * nbmax + WINO_PAD);
   size_t nP = (size_t)(m * tH + 2) * (m * tW + 2);
-  size_t nR = m == 4 ? wino4_scratch(band, tW) : 12 * (size_t)tW + 8;
+  size_t nR = m == 4 ? wino4_scratch(band, tW) : wino_scratch(band, tW);
   float *V = gl_scratch_alloc(nV), *M = gl_scratch_alloc(nM), *R = gl_scratch_alloc(nR * slots);
   float *P = gl_scratch_alloc(nP * slots);
   if (!V || !M || !R || !P) {
@@ -511,4 +539,76 @@ int gl_wino_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw, co
   gl_scratch_free(R, nR * slots);
   gl_scratch_free(P, nP * slots);
   return GL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Transformed weights kept between calls.  A call's weight transform writes (m+2)^2 O C
+ * floats, its products do 2 (m+2)^2 O C N multiply-adds over N output tiles: with few tiles
+ * (ResNet-18's 7 x 7 layers at batch 8: 128; any layer at batch 1) the transform is a large
+ * share of the call, and at inference the weights do not change between calls.  The cache
+ * keys an entry on the weight's storage (its id, never reused), its data and shape and the
+ * tile, and keeps the storage's version: any in-place write through any view of it
+ * (gl_touch) makes the entry stale, and it is transformed again on its next use.  A storage
+ * that dies takes its entries with it (gl_wino_cache_forget).  Entries are made while they
+ * fit in WINO_CACHE_BYTES and never evicted otherwise, so a network bigger than the cache
+ * keeps its first layers and transforms the rest per call, as without the cache. */
+#define WINO_CACHE_TILES 256
+#define WINO_CACHE_BYTES ((size_t)96 << 20)
+#define WINO_CACHE_SLOTS 64
+
+typedef struct {
+  uint64_t id;          /* the weight's storage; 0: a free slot */
+  unsigned version;
+  const float *data;
+  int O, C, m;
+  float *U;
+  size_t n;             /* floats in U */
+} wino_entry;
+
+static wino_entry wcache[WINO_CACHE_SLOTS];
+static size_t wcache_floats;
+
+static void wino_entry_drop(wino_entry *e) {
+  gl_scratch_free(e->U, e->n);
+  wcache_floats -= e->n;
+  memset(e, 0, sizeof *e);
+}
+
+void gl_wino_cache_forget(uint64_t storage_id) {
+  if (!wcache_floats) return;
+  for (int i = 0; i < WINO_CACHE_SLOTS; i++)
+    if (wcache[i].id == storage_id) wino_entry_drop(&wcache[i]);
+}
+
+void gl_wino_cache_clear(void) {
+  for (int i = 0; i < WINO_CACHE_SLOTS; i++)
+    if (wcache[i].id) wino_entry_drop(&wcache[i]);
+}
+
+size_t gl_wino_cache_bytes(void) { return wcache_floats * sizeof(float); }
+
+const float *gl_wino_cached_weights(const gl_tensor *w, int O, int C, int m, size_t tiles) {
+  if (tiles > WINO_CACHE_TILES || !w->st) return NULL;
+  size_t n = (size_t)(m + 2) * (m + 2) * O * C;
+  wino_entry *e = NULL, *free_slot = NULL;
+  for (int i = 0; i < WINO_CACHE_SLOTS && !e; i++) {
+    wino_entry *c = &wcache[i];
+    if (!c->id) {
+      if (!free_slot) free_slot = c;
+    } else if (c->id == w->st->id && c->data == w->data && c->O == O && c->C == C && c->m == m) {
+      e = c;
+    }
+  }
+  if (e && e->version == w->st->version) return e->U;
+  if (!e) {                                           /* a new entry, if it fits */
+    if (!free_slot || (wcache_floats + n) * sizeof(float) > WINO_CACHE_BYTES) return NULL;
+    float *U = gl_scratch_alloc(n);
+    if (!U) return NULL;
+    e = free_slot;
+    *e = (wino_entry){w->st->id, 0, w->data, O, C, m, U, n};
+    wcache_floats += n;
+  }
+  gl_wino_weights(w->data, O, C, 0, m, e->U);        /* new, or written since */
+  e->version = w->st->version;
+  return e->U;
 }

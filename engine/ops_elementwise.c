@@ -669,7 +669,7 @@ int gl_fill_(gl_tensor *t, float v) {
   int st = check_inplace("fill_", t);
   if (st) return st;
   for (size_t i = 0; i < t->numel; i++) t->data[i] = v;
-  t->version++;
+  gl_touch(t);
   return GL_OK;
 }
 
@@ -695,7 +695,7 @@ int gl_copy_(gl_tensor *dst, const gl_tensor *src) {
     for (size_t r = 0; r < (n ? w.rows : 1); r++, walk_next(&w), o += inner)
       for (int j = 0; j < inner; j++) o[j] = src->data[w.oa + j * s];
   }
-  dst->version++;
+  gl_touch(dst);
   return GL_OK;
 }
 
@@ -710,7 +710,7 @@ int gl_add_(gl_tensor *dst, const gl_tensor *src, float alpha) {
   if (src->numel == 1) for (size_t i = 0; i < dst->numel; i++) dst->data[i] += alpha * src->data[0];
   else gl_parallel_for(dst->numel, 1, scalar_grad_range,
                        &(flat_ctx){S_MUL, alpha, 0, NULL, NULL, src->data, dst->data});
-  dst->version++;
+  gl_touch(dst);
   return GL_OK;
 }
 
@@ -720,7 +720,7 @@ int gl_relu_(gl_tensor *t) {
   if (st) return st;
   flat_ctx c = {GL_RELU, 0, 0, t->data, NULL, NULL, t->data};
   gl_parallel_for(t->numel, unary_cost(GL_RELU), unary_range, &c);
-  t->version++;
+  gl_touch(t);
   return GL_OK;
 }
 
@@ -728,6 +728,6 @@ int gl_mul_scalar_(gl_tensor *t, float s) {
   int st = check_inplace("mul_", t);
   if (st) return st;
   for (size_t i = 0; i < t->numel; i++) t->data[i] *= s;
-  t->version++;
+  gl_touch(t);
   return GL_OK;
 }

@@ -326,8 +326,8 @@ int gl_batch_norm(gl_tensor **out, gl_tensor *x, gl_tensor *w, gl_tensor *b,
                 .momentum = momentum};
   gl_parallel_for(C, 6 * N, batch_norm_range, &k);
   if (training && running_mean) {
-    running_mean->version++;
-    running_var->version++;
+    gl_touch(running_mean);
+    gl_touch(running_var);
   }
   gl_tensor *in[3] = {x, w, b};
   gl_node *n = gl_record(&op_batch_norm, 3, in, 1, out);
@@ -364,6 +364,6 @@ int gl_batch_norm_eval_(gl_tensor *x, gl_tensor *w, gl_tensor *b, gl_tensor *run
                 .y = x->data, .rmean = running_mean->data, .rvar = running_var->data,
                 .B = B, .C = C, .S = S, .eps = eps, .relu = relu != 0};
   gl_parallel_for(C, 6 * B * S, batch_norm_range, &k);
-  x->version++;
+  gl_touch(x);
   return GL_OK;
 }

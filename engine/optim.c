@@ -133,8 +133,8 @@ int gl_sgd_update(gl_tensor *p, const gl_tensor *g, gl_tensor *buf, int first, d
   optim_ctx c = {p->data, momentum == 0 ? NULL : buf->data, NULL, NULL, NULL, g->data, &h,
                  first, p->numel};
   gl_parallel_for(p->numel, 4, sgd_range, &c);
-  p->version++;
-  if (momentum != 0) buf->version++;
+  gl_touch(p);
+  if (momentum != 0) gl_touch(buf);
   return GL_OK;
 }
 
@@ -206,10 +206,10 @@ int gl_adam_update(gl_tensor *p, const gl_tensor *g, gl_tensor *exp_avg, gl_tens
   optim_ctx c = {p->data, NULL, exp_avg->data, exp_avg_sq->data,
                  max_exp_avg_sq ? max_exp_avg_sq->data : NULL, g->data, &h, 0, p->numel};
   gl_parallel_for((p->numel + BLOCK - 1) / BLOCK, 12 * BLOCK, adam_range, &c);
-  p->version++;
-  exp_avg->version++;
-  exp_avg_sq->version++;
-  if (max_exp_avg_sq) max_exp_avg_sq->version++;
+  gl_touch(p);
+  gl_touch(exp_avg);
+  gl_touch(exp_avg_sq);
+  if (max_exp_avg_sq) gl_touch(max_exp_avg_sq);
   return GL_OK;
 }
 
@@ -276,10 +276,10 @@ int gl_rmsprop_update(gl_tensor *p, const gl_tensor *g, gl_tensor *square_avg,
     else if (bd) rmsprop_block(k, pd + s, gd + s, sq + s, NULL, bd + s, d, h, 0, 1);
     else rmsprop_block(k, pd + s, gd + s, sq + s, NULL, NULL, d, h, 0, 0);
   }
-  p->version++;
-  square_avg->version++;
-  if (ga) grad_avg->version++;
-  if (bd) buf->version++;
+  gl_touch(p);
+  gl_touch(square_avg);
+  if (ga) gl_touch(grad_avg);
+  if (bd) gl_touch(buf);
   return GL_OK;
 }
 
@@ -321,9 +321,9 @@ int gl_adadelta_update(gl_tensor *p, const gl_tensor *g, gl_tensor *square_avg,
       pd[i] = pd[i] + neg_lr * delta;
     }
   }
-  p->version++;
-  square_avg->version++;
-  acc_delta->version++;
+  gl_touch(p);
+  gl_touch(square_avg);
+  gl_touch(acc_delta);
   return GL_OK;
 }
 
@@ -358,8 +358,8 @@ int gl_adagrad_update(gl_tensor *p, const gl_tensor *g, gl_tensor *sum, int64_t 
       pd[i] = pd[i] + neg_clr * gs[i] / std;
     }
   }
-  p->version++;
-  sum->version++;
+  gl_touch(p);
+  gl_touch(sum);
   return GL_OK;
 }
 
@@ -411,7 +411,7 @@ int gl_clip_grad_norm(double *total, int n, gl_tensor *const *grads, double max_
     gl_tensor *t = grads[k];
     if (!t) continue;
     for (size_t i = 0; i < t->numel; i++) t->data[i] *= coef;
-    t->version++;
+    gl_touch(t);
   }
   return GL_OK;
 }
@@ -428,7 +428,7 @@ int gl_clip_grad_value(int n, gl_tensor *const *grads, double clip) {
       float v = t->data[i];
       t->data[i] = v < lo ? lo : (v > hi ? hi : v);
     }
-    t->version++;
+    gl_touch(t);
   }
   return GL_OK;
 }

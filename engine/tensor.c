@@ -157,6 +157,8 @@ void gl_scratch_free(float *p, size_t n) {
 static gl_storage *free_storages;   /* linked through ->data */
 static gl_tensor *free_tensors;     /* linked through ->grad */
 
+static uint64_t storage_ids;
+
 static gl_storage *storage_new(size_t n) {
   size_t cap;
   float *d = raw_alloc(n ? n : 1, &cap);
@@ -167,11 +169,14 @@ static gl_storage *storage_new(size_t n) {
   s->data = d;
   s->cap = cap;
   s->refs = 1;
+  s->version = 0;
+  s->id = ++storage_ids;
   return s;
 }
 
 static void storage_release(gl_storage *s) {
   if (!s || --s->refs > 0) return;
+  gl_wino_cache_forget(s->id);           /* its transformed weights, if conv2d kept any */
   raw_free(s->data, s->cap);
   s->data = (float *)(void *)free_storages;
   free_storages = s;
@@ -186,6 +191,11 @@ static gl_tensor *header_new(void) {
   return t;
 }
 
+
+void gl_touch(gl_tensor *t) {
+  t->version++;
+  if (t->st) t->st->version++;
+}
 
 void gl_retain(gl_tensor *t) {
   if (t) t->refs++;
@@ -388,7 +398,7 @@ int gl_uniform_(gl_tensor *t, float lo, float hi) {
     return gl_fail(GL_EARG, "uniform_: the range [%g, %g) needs finite bounds with low <= high",
                    (double)lo, (double)hi);
   for (size_t i = 0; i < t->numel; i++) t->data[i] = lo + (hi - lo) * gl_rand_uniform();
-  t->version++;
+  gl_touch(t);
   return GL_OK;
 }
 
@@ -397,7 +407,7 @@ int gl_normal_(gl_tensor *t, float mean, float std) {
     return gl_fail(GL_EARG, "normal_: mean %g and std %g must be finite with std >= 0",
                    (double)mean, (double)std);
   for (size_t i = 0; i < t->numel; i++) t->data[i] = mean + std * gl_rand_normal();
-  t->version++;
+  gl_touch(t);
   return GL_OK;
 }
 

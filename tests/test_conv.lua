@@ -169,6 +169,62 @@ function T.test_conv2d_winograd_path_matches_direct_loops_outputs_and_grads()
                             glimpse._winograd_tile, 3)
 end
 
+-- Inference keeps a small-batch call's Winograd weights (glimpse.memory().winograd_weights)
+-- and uses them again until the weight's storage is written: in place through the tensor,
+-- through a view of it (w[o][c][i][j] = v), by copy_, by an optimizer's step, by
+-- _data_set; a weight that dies takes its entry, and a new one at the same address is not
+-- mistaken for it; under autograd a weight that requires grad keeps nothing;
+-- glimpse.empty_cache() gives them back
+function T.test_conv2d_keeps_inference_winograd_weights_until_they_are_written()
+  glimpse.empty_cache()
+  local opts = {padding = 1}
+  local function check(x, w, b, what)
+    local y = glimpse.no_grad(function() return glimpse.conv2d(x, w, b, opts) end)
+    assert_close(y, glimpse._conv2d_naive(x, w:detach(), b, opts), WINOGRAD_RTOL, what)
+  end
+  glimpse.manual_seed(31)
+  local x, b = glimpse.randn(2, 16, 8, 8), glimpse.randn(24)
+  local w = glimpse.randn(24, 16, 3, 3)
+  lu.assertEquals(glimpse.memory().winograd_weights, 0)
+  check(x, w, b, "first call")
+  local kept = glimpse.memory().winograd_weights
+  lu.assertEquals(kept, 16 * 24 * 16 * 4)          -- F(2x2,3x3): (4x4) x O x C floats
+  check(x, w, b, "kept weights")
+  lu.assertEquals(glimpse.memory().winograd_weights, kept)
+  w:add_(glimpse.randn(24, 16, 3, 3))
+  check(x, w, b, "after add_")
+  w[3][5][2][2] = 7                                -- through a view
+  check(x, w, b, "after a write through a view")
+  w:copy_(glimpse.randn(24, 16, 3, 3))
+  check(x, w, b, "after copy_")
+  glimpse._data_set(w, 1, {9, -9, 9})
+  check(x, w, b, "after _data_set")
+  w:requires_grad()
+  local opt = glimpse.optim.SGD({w}, {lr = 0.5})
+  glimpse.conv2d(x, w, b, opts):sum():backward()
+  opt:step()
+  check(x, w, b, "after an optimizer step")
+  lu.assertEquals(glimpse.memory().winograd_weights, kept)
+  -- under autograd, a weight that requires grad is transformed per call
+  glimpse.empty_cache()
+  glimpse.conv2d(x, w, b, opts)
+  lu.assertEquals(glimpse.memory().winograd_weights, 0)
+  -- a weight that dies takes its entry; the next one, likely at the same address, is its own
+  w, opt = nil, nil
+  local w1 = glimpse.randn(24, 16, 3, 3)
+  check(x, w1, b, "a new weight")
+  w1 = nil
+  collectgarbage(); collectgarbage()
+  lu.assertEquals(glimpse.memory().winograd_weights, 0)
+  local w2 = glimpse.randn(24, 16, 3, 3)
+  check(x, w2, b, "the next weight")
+  -- big calls (many tiles) transform per call and keep nothing
+  glimpse.empty_cache()
+  lu.assertEquals(glimpse.memory().winograd_weights, 0)
+  check(glimpse.randn(8, 16, 40, 40), w2, b, "many tiles")
+  lu.assertEquals(glimpse.memory().winograd_weights, 0)
+end
+
 function T.test_conv2d_gradcheck()
   glimpse.manual_seed(13)
   local x = glimpse.randn(2, 2, 5, 6):requires_grad()
