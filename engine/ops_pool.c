@@ -187,13 +187,36 @@ static void max_pool_plane(const conv_geom *gp, const float *xp, float *yp, floa
 /* One plane without indices (inference) in two passes: the max over each window's columns
  * for every input row (R, H x Wo), then over its rows.  A max is exact, so the order does not
  * change it; a plane holding a NaN is redone the general way, which propagates it. */
+/* the column pass of a 3-wide window over the outputs [a, b) whose windows lie inside the
+ * row (x0 = ox sw - pw >= 0, x0 + 3 <= W), for stride s: a loop along the outputs with no
+ * clipping, which vectorises; returns whether a NaN was seen */
+static int max3_cols(const float *restrict row, float *restrict r, int a, int b, int s, int pw) {
+  int nan = 0;
+  for (int ox = a; ox < b; ox++) {
+    const float *p = row + ox * s - pw;
+    float v0 = p[0], v1 = p[1], v2 = p[2];
+    nan |= (v0 != v0) | (v1 != v1) | (v2 != v2);
+    float m = v1 > v0 ? v1 : v0;
+    r[ox] = v2 > m ? v2 : m;
+  }
+  return nan;
+}
+
 static void max_pool_plane_separable(const conv_geom *gp, const float *xp, float *yp, float *R) {
   const conv_geom g = *gp;
   int nan = 0;
+  /* the outputs whose windows lie inside a row (3-wide windows take the fast loop there) */
+  int inner_a = (g.pw + g.sw - 1) / g.sw, inner_b = g.W - g.kw + g.pw < 0 ? 0
+                                                    : (g.W - g.kw + g.pw) / g.sw + 1;
+  if (inner_b > g.Wo) inner_b = g.Wo;
+  if (g.kw != 3 || inner_a >= inner_b) inner_a = inner_b = 0;
   for (int iy = 0; iy < g.H; iy++) {
     const float *row = xp + (size_t)iy * g.W;
     float *r = R + (size_t)iy * g.Wo;
+    if (inner_b > inner_a) nan |= max3_cols(row, r, inner_a, inner_b, g.sw, g.pw);
     for (int ox = 0; ox < g.Wo; ox++) {
+      if (ox == inner_a && inner_b > inner_a) ox = inner_b;
+      if (ox >= g.Wo) break;
       int x0 = ox * g.sw - g.pw;
       int xa, xb;
       clip_window(x0, g.kw, g.W, &xa, &xb);
