@@ -70,6 +70,11 @@ typedef struct {
   int oy0, oy1;     /* im2col: the output rows whose columns are made (all: 0, Ho) */
 } cols_ctx;
 
+/* r[ox] = x[2 ox] for ox in [lo, hi) */
+static void strided2(float *restrict r, const float *restrict x, int lo, int hi) {
+  for (int ox = lo; ox < hi; ox++) r[ox] = x[2 * ox];
+}
+
 /* rows [lo, hi) of the column matrix, row r = (c * kh + i) * kw + j */
 static void im2col_range(void *ctx, size_t first, size_t last, int slot) {
   (void)slot;
@@ -99,6 +104,7 @@ static void im2col_range(void *ctx, size_t first, size_t last, int slot) {
         const float *xr = xp + (size_t)iy * g->W - g->pw + j;
         for (int ox = 0; ox < lo; ox++) r[ox] = 0;
         if (g->sw == 1) memcpy(r + lo, xr + lo, sizeof(float) * (size_t)(hi - lo));
+        else if (g->sw == 2) strided2(r, xr, lo, hi);   /* a constant stride vectorises */
         else for (int ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw];
         for (int ox = hi; ox < g->Wo; ox++) r[ox] = 0;
       }

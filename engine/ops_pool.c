@@ -190,7 +190,20 @@ static void max_pool_plane(const conv_geom *gp, const float *xp, float *yp, floa
 /* the column pass of a 3-wide window over the outputs [a, b) whose windows lie inside the
  * row (x0 = ox sw - pw >= 0, x0 + 3 <= W), for stride s: a loop along the outputs with no
  * clipping, which vectorises; returns whether a NaN was seen */
+static int max3_cols2(const float *restrict row, float *restrict r, int a, int b, int pw) {
+  int nan = 0;
+  for (int ox = a; ox < b; ox++) {                  /* stride 2 (ResNet's): constant */
+    const float *p = row + 2 * ox - pw;
+    float v0 = p[0], v1 = p[1], v2 = p[2];
+    nan |= (v0 != v0) | (v1 != v1) | (v2 != v2);
+    float m = v1 > v0 ? v1 : v0;
+    r[ox] = v2 > m ? v2 : m;
+  }
+  return nan;
+}
+
 static int max3_cols(const float *restrict row, float *restrict r, int a, int b, int s, int pw) {
+  if (s == 2) return max3_cols2(row, r, a, b, pw);
   int nan = 0;
   for (int ox = a; ox < b; ox++) {
     const float *p = row + ox * s - pw;
