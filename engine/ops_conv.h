@@ -32,11 +32,11 @@ int gl_conv_window(const char *op, const gl_tensor *x, conv_geom *g, int kh, int
 /* Winograd (ops_conv_winograd.c): does the 3x3 stride-1 convolution g take it for its output
  * (gl_wino_use) or its input gradient (gl_wino_use_dx); the output tile m (2 or 4) for an
  * Ho x Wo output; the transformed kernels U (Co, (m+2)^2, Ci) of w (O,C,3,3) (adjoint: for the
- * input gradient); y (B,Co,Ho,Wo) = [bias +] the correlation of x (B,Ci,H,W) padded by ph, pw
+ * input gradient; kept: the call's weights may be kept, see gl_wino_cached_weights); y (B,Co,Ho,Wo) = [bias +] the correlation of x (B,Ci,H,W) padded by ph, pw
  * with U (add: y += it), GL_ENOMEM (y untouched) when its buffers cannot be had. */
 int gl_wino_use(const conv_geom *g);
 int gl_wino_use_dx(const conv_geom *g);
-int gl_wino_tile(int Ho, int Wo);
+int gl_wino_tile(int Ho, int Wo, int kept);
 void gl_wino_weights(const float *w, int O, int C, int adjoint, int m, float *U);
 int gl_wino_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw, const float *U,
                  int m, int Co, const float *bias, int add, float *y);
