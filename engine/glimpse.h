@@ -103,7 +103,7 @@ size_t gl_bytes_cached(void);
 size_t gl_bytes_handed_out(void);
 void gl_empty_cache(void);
 /* conv2d's Winograd weights kept between inference calls (see ops_conv_winograd.c): the
- * bytes they hold (counted in gl_bytes_live), and giving them all back */
+ * bytes they hold (memory of their own, outside gl_bytes_live), and giving them all back */
 size_t gl_wino_cache_bytes(void);
 void gl_wino_cache_clear(void);
 /* Raw aligned scratch memory through the same cache (for kernels' workspaces). */

@@ -10,6 +10,7 @@
 #include "ops_conv.h"
 #include "parallel.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------ */
@@ -559,7 +560,7 @@ int gl_wino_conv(const float *x, int B, int Ci, int H, int W, int ph, int pw, co
  * fit in WINO_CACHE_BYTES and never evicted otherwise, so a network bigger than the cache
  * keeps its first layers and transforms the rest per call, as without the cache. */
 #define WINO_CACHE_TILES 256
-#define WINO_CACHE_BYTES ((size_t)96 << 20)
+#define WINO_CACHE_BYTES ((size_t)64 << 20)
 #define WINO_CACHE_SLOTS 64
 
 typedef struct {
@@ -575,7 +576,7 @@ static wino_entry wcache[WINO_CACHE_SLOTS];
 static size_t wcache_floats;
 
 static void wino_entry_drop(wino_entry *e) {
-  gl_scratch_free(e->U, e->n);
+  free(e->U);
   wcache_floats -= e->n;
   memset(e, 0, sizeof *e);
 }
@@ -608,8 +609,11 @@ const float *gl_wino_cached_weights(const gl_tensor *w, int O, int C, int m, siz
   if (e && e->version == w->st->version) return e->U;
   if (!e) {                                           /* a new entry, if it fits */
     if (!free_slot || (wcache_floats + n) * sizeof(float) > WINO_CACHE_BYTES) return NULL;
-    float *U = gl_scratch_alloc(n);
-    if (!U) return NULL;
+    /* exact-size memory of its own: the caching allocator's size classes would round an
+     * entry up, and a block it holds for good could not serve the activations */
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n * sizeof(float)) != 0) return NULL;
+    float *U = p;
     e = free_slot;
     *e = (wino_entry){w->st->id, 0, w->data, O, C, m, U, n};
     wcache_floats += n;
