@@ -352,6 +352,15 @@ function T.test_length_aux_adds_the_words_left_regression_of_h_t()
   lu.assertStrContains(tostring(e), "length_aux")
 end
 
+-- every hard test-time rule decodes an image alone as it does in a batch (beam 3 and greedy)
+local function decodes_alone_as_batched(cap, imgs)
+  for _, rule in ipairs({"argmax", "region", "marginal"}) do
+    cap:set_hard_eval(rule)
+    lu.assertEquals(cap:caption(imgs[2], {beam = 3}), cap:caption(imgs, {beam = 3})[2], rule)
+    lu.assertEquals(cap:caption(imgs[1], {beam = 1}), cap:caption(imgs, {beam = 1})[1], rule)
+  end
+end
+
 -- unseen_feature: W_u from zero (the model without it); with W_u set, step t's LSTM input
 -- gains W_u u_t, u_t the annotations weighted by max(0, 1 - the attention had before t),
 -- averaged (checked against the steps by hand); decoding carries the coverage along its
@@ -390,11 +399,7 @@ function T.test_unseen_feature_reads_what_attention_has_not_covered_yet()
     end
   end)
   local imgs = glimpse.rand(2, 1, 16, 16)
-  for _, rule in ipairs({"argmax", "region", "marginal"}) do
-    with:set_hard_eval(rule)
-    lu.assertEquals(with:caption(imgs[2], {beam = 3}), with:caption(imgs, {beam = 3})[2], rule)
-    lu.assertEquals(with:caption(imgs[1], {beam = 1}), with:caption(imgs, {beam = 1})[1], rule)
-  end
+  decodes_alone_as_batched(with, imgs)
   with:train()
   local loss = with:loss(a, b.captions_in, b.captions_out, b.mask)
   loss:backward()
@@ -467,11 +472,7 @@ function T.test_unseen_detectors_reach_the_lstm_and_the_output()
     end
   end)
   local imgs = glimpse.rand(2, 1, 16, 16)
-  for _, rule in ipairs({"argmax", "region", "marginal"}) do
-    with:set_hard_eval(rule)
-    lu.assertEquals(with:caption(imgs[2], {beam = 3}), with:caption(imgs, {beam = 3})[2], rule)
-    lu.assertEquals(with:caption(imgs[1], {beam = 1}), with:caption(imgs, {beam = 1})[1], rule)
-  end
+  decodes_alone_as_batched(with, imgs)
   with:set_hard_eval("argmax")
   with:train()
   with:loss(a, b.captions_in, b.captions_out, b.mask):backward()
