@@ -156,6 +156,23 @@ function T.test_quick_run_glimpse_side()
   lu.assertStrContains(again, "| W8           |")
 end
 
+-- bench/conv_layers.lua: every ResNet-18 convolution through the paths asked for, one line
+-- each and the network's total; a bad flag is a usage error
+function T.test_conv_layers_script()
+  local text, ok = sh(string.format("%s bench/conv_layers.lua --threads 1 --rounds 1 " ..
+                                    "--tiles 0,-1", H.sh_quote(EXE)))
+  lu.assertTrue(ok, text)
+  local lines = 0
+  for l in text:gmatch("[^\n]+") do
+    if l:match("%(x%d%):%s+%[0%]%s+[%d.]+%s+%[%-1%]%s+[%d.]+$") then lines = lines + 1 end
+  end
+  lu.assertEquals(lines, 11, text)
+  lu.assertStrContains(text, "the network's convolutions:")
+  local bad, ok2 = sh(string.format("%s bench/conv_layers.lua --round 2", H.sh_quote(EXE)))
+  lu.assertFalse(ok2)
+  lu.assertStrContains(bad, "conv_layers: usage")
+end
+
 -- W7's first-step loss and W8's tokens agree with torch.nn.Transformer's on the same
 -- weights (small model)
 function T.test_quick_torch_side_agrees()
