@@ -43,6 +43,13 @@ local FLAGS = options.declare("caption", {
    "JSON or TSV lines file<TAB>caption[<TAB>train|val|test]"}})
 FLAGS:add_flags(p)
 local args = experiment.parse(p); FLAGS:from_args(args)   -- the values checked
+if not args.load then      -- the rules between the model's options, before any data is made
+  local probe = captioner.OPTIONS:from_args(args, MODEL)
+  probe.vocab = {"a"}
+  if probe.attention == "hard" then captioner.with_recipe(probe, args.recipe) end
+  local ok, err = pcall(require("glimpse.models.captioner.options").config, probe)
+  if not ok then p:error(tostring(err)) end
+end
 if args.captions then args.karpathy = args.captions end   -- one reader takes both formats
 local name = args.captions and "own" or args.karpathy and "karpathy" or args.dataset
 args.out = args.out:gsub("<dataset>", name):gsub("<attention>", args.load and "eval" or args.attention)

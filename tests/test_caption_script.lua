@@ -82,6 +82,22 @@ function T.test_soft_run_writes_every_output_and_its_page_fits_1280px_in_chromiu
   lu.assertStrContains(out, "Captioner.load: " .. d .. "/model.safetensors was trained with another vocabulary")
 end
 
+-- a rule between the model's options is a usage error before any data is made (no output
+-- folder, no scenes generated), the recipe's settings included
+function T.test_option_rules_fail_before_the_data()
+  for flags, msg in pairs({
+      ["--unseen-output"] = "Captioner: option 'unseen_output' needs unseen_feature = true",
+      ["--global-output-rank 2"] = "Captioner: option 'global_output_rank' needs global_output = true",
+      ["--attention hard --recipe loo --samples 1"] =
+        "Captioner: baseline = \"loo\" needs samples >= 2, got 1"}) do
+    local d = tmpdir("rules")
+    local ok, out = run(TINY .. " " .. flags .. " --out " .. d)
+    lu.assertFalse(ok, flags)
+    lu.assertStrContains(out, msg)
+    lu.assertNil(out:find("scenes:"), out)               -- the data was never made
+  end
+end
+
 function T.test_hard_run_with_the_leave_one_out_recipe_trains_and_records_it()
   local d = tmpdir("hard")
   local ok, out = run(TINY .. " --attention hard --recipe loo --soft-prob 0 --length-penalty 1 --out " .. d)
