@@ -43,10 +43,11 @@ local FLAGS = options.declare("caption", {
    "JSON or TSV lines file<TAB>caption[<TAB>train|val|test]"}})
 FLAGS:add_flags(p)
 local args = experiment.parse(p); FLAGS:from_args(args)   -- the values checked
+local o = captioner.OPTIONS:from_args(args, MODEL)
+if o.attention == "hard" then captioner.with_recipe(o, args.recipe) end
 if not args.load then      -- the rules between the model's options, before any data is made
-  local probe = captioner.OPTIONS:from_args(args, MODEL)
-  probe.vocab = {"a"}
-  if probe.attention == "hard" then captioner.with_recipe(probe, args.recipe) end
+  local probe = {vocab = {"a"}}                  -- (a copy: config fills in defaults)
+  for k, v in pairs(o) do probe[k] = v end
   local ok, err = pcall(require("glimpse.models.captioner.options").config, probe)
   if not ok then p:error(tostring(err)) end
 end
@@ -57,10 +58,8 @@ args.out = args.out:gsub("<dataset>", name):gsub("<attention>", args.load and "e
 local run, t0 = experiment.start(args, {name = "caption"}), glimpse.clock()   -- seeds, output
 local src = ce.source(ce.SOURCE_OPTIONS:from_args(args),
                       {seed = args.seed, max_len = args.max_len, encoder = args.encoder})
-local o = captioner.OPTIONS:from_args(args, MODEL)
 o.vocab, o.image = src.vocab, src.image_spec
 o.encoder, o.fine_tune = ce.encoder(ce.ENCODER_OPTIONS:from_args(args), src.image_spec.channels)
-if o.attention == "hard" then captioner.with_recipe(o, args.recipe) end
 local cap = args.load and run:check_load(captioner.load(args.load, {vocab = src.vocab,  -- flags set
   hard_eval = args.hard_eval, length_penalty = args.length_penalty}), o) or captioner.Captioner(o)
 if args.init then cap:load_weights(args.init) end
