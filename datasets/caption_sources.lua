@@ -15,7 +15,10 @@
 -- batch(indices) -> batch, refs(i) -> reference strings (scenes: every phrasing of the
 -- scene's caption, scene_text.references, the caption first), display(i) -> the (C,H,W) picture
 -- as seen (before normalisation), scene(i) (scenes: the scene with its item boxes)};
--- train_captions() -> every training caption as a string; random_images(indices) -> the
+-- train_captions() -> every training caption as a string; train_refs(i) -> the reference
+-- strings of training example i's image (what self-critical training scores against,
+-- caption_eval.self_critical); train_scene(i) (scenes) -> that scene, items and relations;
+-- random_images(indices) -> the
 -- images of those training examples (B,C,H,W); pictures(n) -> up to n training pictures as
 -- seen, (C,H,W) in [0,1] before normalisation (what glimpse.captioner.familiar summarises);
 -- description: a text saying what the training images and captions are (cap.description).
@@ -64,6 +67,8 @@ function M.scenes(o)
             return out
           end,
           train_captions = function() return train:captions() end,
+          train_refs = function(i) return train:references(i) end,
+          train_scene = function(i) return train.scenes[i] end,
           random_images = function(idx) return batches.take(train.images, idx) end}
 end
 
@@ -171,6 +176,11 @@ function M.karpathy(o)
           train_captions = function()
             local out = {}
             for _, c in ipairs(train_set:all_captions()) do out[#out + 1] = table.concat(c, " ") end
+            return out
+          end,
+          train_refs = function(i)
+            local out = {}
+            for k, c in ipairs(train_set.images[enc.image[i]].captions) do out[k] = table.concat(c, " ") end
             return out
           end,
           random_images = function(idx)

@@ -290,14 +290,17 @@ end
 ---     scene_text.relation reads it), recall = the share of the scene caption's k - 1
 ---     related pairs that it states (each scene's references state the same ones; a caption
 ---     relating other pairs, truly, loses recall but no precision);
----   count: it names as many items as the scene holds; all_named: every item is named;
+---   count: it names as many items as the scene holds; distinct: as many different items,
+---     none named twice ("a bag ... and a bag ..." counts two items but one item named);
+---     all_named: every item is named;
 ---   exact: it follows the grammar, names exactly the scene's items and every relation it
 ---     states is true -- it describes exactly the scene.
 --- summary = {n, items = {precision, recall}, relations = {precision, recall}, count,
---- all_named, exact, grammatical (shares of the captions; precision and recall pooled over
---- all captions), by_items = {[k] = {n, count, all_named, exact}: numbers of captions among
---- the scenes of k items}}.  per_caption[i] = {named, matched, items, triples, true_triples,
---- stated, recalled, count, all_named, exact, grammatical}.
+--- distinct, all_named, exact, grammatical (shares of the captions; precision and recall
+--- pooled over all captions), by_items = {[k] = {n, count, distinct, all_named, exact}:
+--- numbers of captions among the scenes of k items}}.  per_caption[i] = {named, matched,
+--- items, triples, true_triples, stated, recalled, count, distinct, all_named, exact,
+--- grammatical}.
 function M.semantics(captions, scenes)
   local fname = "scene_text.semantics"
   if type(captions) ~= "table" or type(scenes) ~= "table" then
@@ -308,7 +311,7 @@ function M.semantics(captions, scenes)
     error(string.format("%s: %d captions for %d scenes", fname, #captions, #scenes), 2)
   end
   local tot = {named = 0, matched = 0, items = 0, triples = 0, true_triples = 0, stated = 0,
-               recalled = 0, count = 0, all_named = 0, exact = 0, grammatical = 0}
+               recalled = 0, count = 0, distinct = 0, all_named = 0, exact = 0, grammatical = 0}
   local by_items, per = {}, {}
   for i, cap in ipairs(captions) do
     local sc = scenes[i]
@@ -351,18 +354,23 @@ function M.semantics(captions, scenes)
     for _, r in ipairs(sc.relations) do
       if keys[triple_key(phrases[r[1]], r[3], phrases[r[2]])] then recalled = recalled + 1 end
     end
+    local different, seen = 0, {}
+    for _, ph in ipairs(p.items) do
+      if not seen[ph] then seen[ph], different = true, different + 1 end
+    end
     local row = {named = #p.items, matched = matched, items = k, triples = ntrip,
                  true_triples = ntrue, stated = #sc.relations, recalled = recalled,
-                 count = #p.items == k, all_named = matched == k, grammatical = p.grammatical}
+                 count = #p.items == k, distinct = #p.items == k and different == k,
+                 all_named = matched == k, grammatical = p.grammatical}
     row.exact = p.grammatical and matched == k and #p.items == k and ntrue == ntrip
     per[i] = row
     for key, v in pairs(row) do
       if type(v) == "boolean" then tot[key] = tot[key] + (v and 1 or 0)
       else tot[key] = tot[key] + v end
     end
-    local b = by_items[k] or {n = 0, count = 0, all_named = 0, exact = 0}
+    local b = by_items[k] or {n = 0, count = 0, distinct = 0, all_named = 0, exact = 0}
     b.n = b.n + 1
-    for _, key in ipairs({"count", "all_named", "exact"}) do
+    for _, key in ipairs({"count", "distinct", "all_named", "exact"}) do
       if row[key] then b[key] = b[key] + 1 end
     end
     by_items[k] = b
@@ -373,7 +381,8 @@ function M.semantics(captions, scenes)
     items = {precision = share(tot.matched, tot.named), recall = share(tot.matched, tot.items)},
     relations = {precision = share(tot.true_triples, tot.triples),
                  recall = share(tot.recalled, tot.stated)},
-    count = share(tot.count, n), all_named = share(tot.all_named, n),
+    count = share(tot.count, n), distinct = share(tot.distinct, n),
+    all_named = share(tot.all_named, n),
     exact = share(tot.exact, n), grammatical = share(tot.grammatical, n)}
   return summary, per
 end

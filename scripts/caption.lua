@@ -4,6 +4,7 @@
 --   glimpse scripts/caption.lua --quick                    (scenes, soft attention, 1000 steps)
 --   glimpse scripts/caption.lua --attention hard           (20000 scenes, 3750 steps, Gumbel ST)
 --   glimpse scripts/caption.lua --load MODEL --steps 0     (evaluate a saved captioner)
+--   glimpse scripts/caption.lua --load MODEL --steps 0 --scst-steps 500   (self-critical)
 --   glimpse scripts/caption.lua --karpathy dataset_flickr8k.json --images DIR --encoder vgg16 ...
 --   glimpse scripts/caption.lua --images DIR --captions captions.tsv --min-count 1  (your own)
 -- At the end: test BLEU-1..4, CIDEr-D and ROUGE-L (beam and greedy; on scenes every phrasing
@@ -19,7 +20,7 @@ local p = experiment.parser("caption", "Train a Show, Attend and Tell captioner.
    quick = {train = 4000, valid = 300, test = 300, epochs = 8, steps = 1000, eval_every = 125}})
 experiment.add_flags(p, {load = false, batch = 32, lr = {0.003, "Adam learning rate"},
   clip = {5, "gradient-norm clip (0: none)"}, beam = {3, "beam size for the test captions"}})
-ce.SOURCE_OPTIONS:add_flags(p); ce.ENCODER_OPTIONS:add_flags(p)
+ce.SOURCE_OPTIONS:add_flags(p); ce.ENCODER_OPTIONS:add_flags(p); ce.SELF_CRITICAL_OPTIONS:add_flags(p)
 -- the Captioner's options as flags (then those a --recipe sets, without defaults)
 local MODEL = captioner.add_flags(p, {"attention", "score", "doubly_stochastic", "gate",
   "deep_output", "coords", "output_tanh", "global_feature", "global_output", "unseen_feature",
@@ -51,6 +52,9 @@ if not args.load then      -- the rules between the model's options, before any 
   local ok, err = pcall(require("glimpse.models.captioner.options").config, probe)
   if not ok then p:error(tostring(err)) end
 end
+if (args.karpathy or args.captions) and args.scst_meaning > 0 then
+  p:error("--scst-meaning scores captions against generated scenes; a captions file has none")
+end
 if args.captions then args.karpathy = args.captions end   -- one reader takes both formats
 local name = args.captions and "own" or args.karpathy and "karpathy" or args.dataset
 args.out = args.out:gsub("<dataset>", name):gsub("<attention>", args.load and "eval" or args.attention)
@@ -81,9 +85,20 @@ local history = glimpse.train.Trainer(run:trainer_options{model = cap, data = sr
   evaluate = evaluate, clip = args.clip > 0 and args.clip or nil,
   optimizer = glimpse.optim.Adam(cap:trainable_parameters(), {lr = args.lr}),
   schedule = args.lr_decay == "cosine" and {"CosineAnnealingLR"} or nil}):fit()
+local sc = ce.SELF_CRITICAL_OPTIONS:from_args(args)
+local scst_history
+if sc.scst_steps > 0 then  -- then the captions it writes, scored by CIDEr-D (Rennie et al.)
+  local data, scst_loss = ce.self_critical(cap, src, {samples = sc.scst_samples,
+                                                     baseline = sc.scst_baseline, cells = sc.scst_cells,
+                                                     meaning = sc.scst_meaning})
+  scst_history = glimpse.train.Trainer(run:trainer_options{model = cap, data = data,
+    batch_size = args.batch, shuffle = true, steps = sc.scst_steps, loss = scst_loss,
+    evaluate = evaluate, clip = args.clip > 0 and args.clip or nil,
+    optimizer = glimpse.optim.Adam(cap:trainable_parameters(), {lr = sc.scst_lr})}):fit()
+end
 if not run:is_root() then return end  -- data parallel: rank 0 alone tests and writes
 local tuned, tried   -- how to decode: chosen on the validation set unless given or loaded
-if not (args.load or args.length_penalty) then
+if not ((args.load and sc.scst_steps == 0) or args.length_penalty) then
   tuned, tried = ce.tune(cap, src.valid, {beam = args.beam, rules = args.hard_eval and {args.hard_eval}})
   print(ce.tune_line(tuned, tried, src.valid.n))
 end
@@ -94,7 +109,11 @@ glimpse.util.write_lines(run:path("samples.txt"), r.samples)
 run:write_run_json()
 run:write_metrics(ce.metrics(r, history, {dataset = name, attention = cap.config.attention,
   recipe = cap.config.attention == "hard" and not args.load and args.recipe or nil, load = args.load,
-  beam = args.beam, decoding = tried and {chosen = tuned, tried = tried} or nil, config = cap.config}))
+  beam = args.beam, decoding = tried and {chosen = tuned, tried = tried} or nil, config = cap.config,
+  self_critical = scst_history and {steps = scst_history.steps, seconds = scst_history.seconds,
+                                    lr = sc.scst_lr, samples = sc.scst_samples,
+                                    baseline = sc.scst_baseline, cells = sc.scst_cells,
+                                    meaning = sc.scst_meaning, history = scst_history.evals}}))
 local page = ce.page(glimpse.report.Page{title = "glimpse captioner"}, cap, src.test, r, run.dir,
                      {overlays = args.overlays, name = name, history = history})
 require("glimpse.lab.viewer_data").add_captions(page, cap, src.test, r, run.dir, args.overlays)

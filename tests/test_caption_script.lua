@@ -135,6 +135,32 @@ function T.test_hard_default_is_gumbel_read_by_region_and_load_can_change_the_te
   lu.assertEquals({back.attention.hard_eval, back.config.length_penalty}, {"soft", 0.5})
 end
 
+function T.test_self_critical_steps_follow_the_cross_entropy_or_a_loaded_model()
+  local d = tmpdir("scst")
+  local ok, out = run(TINY .. " --attention hard --scst-steps 2 --scst-samples 3 --scst-cells sample " ..
+                      "--scst-meaning 1 --out " .. d)
+  lu.assertTrue(ok, out)
+  local m = util.read_json(d .. "/metrics.json")
+  lu.assertEquals(math.tointeger(m.steps), 4)                    -- the cross-entropy steps
+  lu.assertEquals({math.tointeger(m.self_critical.steps), math.tointeger(m.self_critical.samples),
+                   m.self_critical.baseline, m.self_critical.cells, m.self_critical.meaning},
+                  {2, 3, "mean", "sample", 1})
+  lu.assertEquals(#m.self_critical.history, 1)                   -- evaluated at its end
+  lu.assertStrContains(out, "reward")                            -- the samples' CIDEr-D, logged
+  -- a loaded model fine-tuned: its decoding is chosen again on validation afterwards
+  local e = tmpdir("scst-load")
+  ok, out = run(string.format("--train 96 --valid 16 --test 16 --overlays 0 --beam 2 --load " ..
+                              "%s/model.safetensors --steps 0 --scst-steps 2 --scst-baseline greedy --out %s", d, e))
+  lu.assertTrue(ok, out)
+  m = util.read_json(e .. "/metrics.json")
+  lu.assertEquals({math.tointeger(m.self_critical.steps), m.self_critical.baseline}, {2, "greedy"})
+  lu.assertNotNil(m.decoding)
+  lu.assertStrContains(out, "decoding chosen on 16 validation images")
+  ok, out = run(TINY .. " --scst-baseline best --out " .. e)
+  lu.assertFalse(ok)
+  lu.assertStrContains(out, "scst-baseline")
+end
+
 function T.test_help_lists_every_flag_the_script_always_had_with_its_default()
   local ok, out = run("--help")
   lu.assertTrue(ok, out)

@@ -176,42 +176,32 @@ local function all_ngrams(toks, max_n)
   return out
 end
 
---- metrics.cider(candidates, references, {sigma=6, max_n=4}) -> score, scores
--- CIDEr-D (Vedantam et al. 2015) as coco-caption computes it.  For each n = 1..max_n a
--- caption is a vector of TF-IDF weights: an n-gram's count times log(N / df), N the number
--- of candidates in the corpus and df the number of candidates among whose references it
--- occurs (at least 1).  The candidate's vector is compared with each reference's: the sum
--- over the candidate's n-grams of min(w_cand, w_ref) * w_ref (candidate counts clipped by
--- the reference's), divided by both norms (0 when a norm is 0), times the Gaussian length
--- penalty exp(-delta^2 / (2 sigma^2)), delta the difference in length -- counted, as in
--- coco-caption, in bigrams, so one word less than the caption.  A candidate's score is the
--- mean over n and over its references, times 10; score is the mean over the candidates.
--- The document frequencies come from the references passed, so one candidate alone (N = 1)
--- scores 0 whatever it says: CIDEr-D is a corpus measure.  scores[i]: candidate i's score.
-function M.cider(candidates, references, opts)
-  local fname = "metrics.cider"
+-- CIDEr-D's options, checked: sigma, max_n
+local function cider_opts(fname, opts, level)
   if opts ~= nil and type(opts) ~= "table" then
-    error(fname .. ": opts must be a table or nil, got " .. type(opts), 2)
+    error(fname .. ": opts must be a table or nil, got " .. type(opts), level + 1)
   end
   opts = opts or {}
   local sigma, max_n = opts.sigma or 6, opts.max_n or 4
   if type(sigma) ~= "number" or sigma <= 0 then
-    error(fname .. ": opts.sigma must be a positive number, got " .. tostring(sigma), 2)
+    error(fname .. ": opts.sigma must be a positive number, got " .. tostring(sigma), level + 1)
   end
   if math.type(max_n) ~= "integer" or max_n < 1 then
-    error(fname .. ": opts.max_n must be a positive integer, got " .. tostring(max_n), 2)
+    error(fname .. ": opts.max_n must be a positive integer, got " .. tostring(max_n), level + 1)
   end
-  local cands, refs = corpus_tokens(fname, candidates, references, 2)
-  local N = #cands
-  if N == 0 then return 0, {} end
-  -- document frequency: in how many candidates' reference sets each n-gram occurs
-  local df, ref_grams = {}, {}
-  for i = 1, N do
+  return sigma, max_n
+end
+
+-- document frequencies of the reference sets refs[i] (lists of token lists): in how many
+-- sets each n-gram occurs; also every reference's n-grams, gram[i][j]
+local function document_frequencies(refs, max_n)
+  local df, grams = {}, {}
+  for i, list in ipairs(refs) do
     local seen = {}
-    ref_grams[i] = {}
-    for j, r in ipairs(refs[i]) do
+    grams[i] = {}
+    for j, r in ipairs(list) do
       local g = all_ngrams(r, max_n)
-      ref_grams[i][j] = g
+      grams[i][j] = g
       for n = 1, max_n do
         for k in pairs(g[n]) do
           if not seen[k] then seen[k] = true; df[k] = (df[k] or 0) + 1 end
@@ -219,9 +209,14 @@ function M.cider(candidates, references, opts)
       end
     end
   end
+  return df, grams
+end
+
+-- CIDEr-D of each candidate cands[i] against its references refs[i] (token lists; ref_grams
+-- their n-grams) with the document frequencies df of a corpus of N reference sets
+local function cider_scores(cands, refs, ref_grams, df, N, sigma, max_n)
   local log_n = math.log(N)
-  -- TF-IDF vectors and their norms per n
-  local function vector(g)
+  local function vector(g)                  -- TF-IDF vectors and their norms per n
     local vec, norm = {}, {}
     for n = 1, max_n do
       local v, s = {}, 0
@@ -235,7 +230,7 @@ function M.cider(candidates, references, opts)
   end
   local scores, total = {}, 0
   local two_s2 = 2 * sigma * sigma
-  for i = 1, N do
+  for i = 1, #cands do
     local cvec, cnorm = vector(all_ngrams(cands[i], max_n))
     local sum = 0
     for j, g in ipairs(ref_grams[i]) do
@@ -255,7 +250,55 @@ function M.cider(candidates, references, opts)
     scores[i] = 10 * sum / max_n / #ref_grams[i]
     total = total + scores[i]
   end
-  return total / N, scores
+  return #cands > 0 and total / #cands or 0, scores
+end
+
+--- metrics.cider(candidates, references, {sigma=6, max_n=4}) -> score, scores
+-- CIDEr-D (Vedantam et al. 2015) as coco-caption computes it.  For each n = 1..max_n a
+-- caption is a vector of TF-IDF weights: an n-gram's count times log(N / df), N the number
+-- of candidates in the corpus and df the number of candidates among whose references it
+-- occurs (at least 1).  The candidate's vector is compared with each reference's: the sum
+-- over the candidate's n-grams of min(w_cand, w_ref) * w_ref (candidate counts clipped by
+-- the reference's), divided by both norms (0 when a norm is 0), times the Gaussian length
+-- penalty exp(-delta^2 / (2 sigma^2)), delta the difference in length -- counted, as in
+-- coco-caption, in bigrams, so one word less than the caption.  A candidate's score is the
+-- mean over n and over its references, times 10; score is the mean over the candidates.
+-- The document frequencies come from the references passed, so one candidate alone (N = 1)
+-- scores 0 whatever it says: CIDEr-D is a corpus measure (metrics.cider_scorer takes them
+-- from a corpus of one's choosing).  scores[i]: candidate i's score.
+function M.cider(candidates, references, opts)
+  local fname = "metrics.cider"
+  local sigma, max_n = cider_opts(fname, opts, 2)
+  local cands, refs = corpus_tokens(fname, candidates, references, 2)
+  if #cands == 0 then return 0, {} end
+  local df, ref_grams = document_frequencies(refs, max_n)
+  return cider_scores(cands, refs, ref_grams, df, #cands, sigma, max_n)
+end
+
+--- metrics.cider_scorer(corpus, {sigma=6, max_n=4}) -> score(candidates, references) ->
+--- mean, scores
+-- CIDEr-D with the document frequencies of a fixed corpus: corpus is a list of reference
+-- sets (each a list of captions, strings or token lists, one set per image), e.g. every
+-- training image's references, as self-critical training scores its samples (Rennie et al.
+-- 2017). The returned function scores any number of candidates, one alone included, each
+-- against its own references, as metrics.cider does with df and N from the corpus.
+function M.cider_scorer(corpus, opts)
+  local fname = "metrics.cider_scorer"
+  local sigma, max_n = cider_opts(fname, opts, 2)
+  if type(corpus) ~= "table" or #corpus == 0 then
+    error(fname .. ": argument #1 (corpus) must be a non-empty list of reference sets, got " ..
+          (type(corpus) == "table" and "an empty list" or type(corpus)), 2)
+  end
+  local none = {}                                   -- corpus_tokens wants a candidate each
+  for i = 1, #corpus do none[i] = "" end
+  local _, corpus_refs = corpus_tokens(fname, none, corpus, 2)
+  local df = document_frequencies(corpus_refs, max_n)
+  local N = #corpus_refs
+  return function(candidates, references)
+    local cands, refs = corpus_tokens("cider_scorer's score", candidates, references, 2)
+    local ref_grams = select(2, document_frequencies(refs, max_n))
+    return cider_scores(cands, refs, ref_grams, df, N, sigma, max_n)
+  end
 end
 
 -- length of the longest common subsequence of two token lists

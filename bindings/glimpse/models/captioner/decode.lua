@@ -134,7 +134,8 @@ function Captioner:_decode_step(fixed)
     local cov = s.cov and s.cov + self:_coverage_step(alpha, st2)
     local go = cov and self:_with_unseen_output(s.go, uc, cov) or s.go
     local lp = glimpse.log_softmax(self:_logits(ey, h, z, go), 2) + ban
-    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go, cov = cov}, alpha
+    return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go, cov = cov,
+                read = st2.sample}, alpha                      -- read: the hard cell (N,1)
   end
 end
 

@@ -169,6 +169,92 @@ function M.training(cap, source, opts)
   return loss, evaluate
 end
 
+--- caption_eval.SELF_CRITICAL_OPTIONS -- self-critical fine-tuning after the cross-entropy
+--- training, as a script's flags (caption_eval.self_critical)
+M.SELF_CRITICAL_OPTIONS = options.declare("self-critical training", {
+  {"scst_steps", "int", 0, range = {0}, help = "steps of self-critical training (CIDEr-D " ..
+   "reward, Rennie et al. 2017) after the cross-entropy steps; 0: none"},
+  {"scst_lr", "number", 5e-5, range = {0}, help = "its Adam learning rate (constant)"},
+  {"scst_samples", "int", 5, range = {1}, help = "captions sampled per image"},
+  {"scst_baseline", "string", "mean", choices = {"mean", "greedy"},
+   help = "a sample's reward compared with the image's other samples' mean, or its greedy caption's"},
+  {"scst_cells", "string", "rule", choices = {"rule", "sample"},
+   help = "hard attention: read the test-time rule's cells, or draw them (the reward trains where it looks)"},
+  {"scst_meaning", "number", 0, range = {0}, help = "generated scenes: the reward adds this " ..
+   "times the caption's meaning F-score against the scene (items and relations, as SPICE " ..
+   "scores a scene graph)"},
+})
+
+--- caption_eval.meaning_f(row) -> the F-score of one caption's meaning against its scene, from
+--- a row of scene_text.semantics' per-caption results: precision = (items named right + true
+--- relations) / (items named + relations stated), recall = (items named right + the scene's
+--- relations stated) / (the scene's items + relations), as SPICE pools a scene graph's
+--- object and relation tuples (Anderson et al. 2016); 0 for a caption naming nothing.
+function M.meaning_f(row)
+  local p_den, r_den = row.named + row.triples, row.items + row.stated
+  if p_den == 0 or r_den == 0 then return 0 end
+  local p = (row.matched + row.true_triples) / p_den
+  local r = (row.matched + row.recalled) / r_den
+  return (p + r > 0) and 2 * p * r / (p + r) or 0
+end
+
+--- caption_eval.self_critical(cap, source, {samples=5, baseline="mean", cells="rule",
+---                                          meaning=0}) -> data, loss, reward: what a
+--- glimpse.train.Trainer takes for self-critical training (cap:self_critical_loss) on the
+--- source's training images: data hands each batch its examples' references
+--- (source.train_refs) and, with meaning > 0, their scenes (source.train_scene); loss scores
+--- the samples by CIDEr-D with the document frequencies of every training image's references,
+--- plus meaning times caption_eval.meaning_f against the scene (CIDEr-D and a scene-graph
+--- F-score together, as Liu et al. 2017's SPIDEr mixes CIDEr and SPICE), and logs reward and
+--- baseline; reward(captions, references) is that score (references carry .scene with meaning).
+function M.self_critical(cap, source, opts)
+  opts = opts or {}
+  local train, w = source.train, opts.meaning or 0
+  if w > 0 and not source.train_scene then
+    check.fail(2, "caption_eval.self_critical: meaning = %g needs scenes with their items " ..
+               "(generated scenes or shapes); this source has none", w)
+  end
+  local corpus, seen = {}, {}
+  for i = 1, train.n do                    -- one set per distinct image (Karpathy: 5 examples each)
+    local refs = source.train_refs(i)
+    local key = table.concat(refs, "\n")
+    if not seen[key] then seen[key] = true; corpus[#corpus + 1] = refs end
+  end
+  local cider = metrics.cider_scorer(corpus)
+  local semantics = w > 0 and glimpse.data.scene_text.semantics
+  local function reward(captions, refs)
+    local mean, r = cider(captions, refs)
+    if w > 0 then
+      local scenes = {}
+      for i = 1, #captions do scenes[i] = refs[i].scene end
+      local _, per = semantics(captions, scenes)
+      mean = 0
+      for i, row in ipairs(per) do
+        r[i] = r[i] + w * M.meaning_f(row)
+        mean = mean + r[i] / #per
+      end
+    end
+    return mean, r
+  end
+  local data = {n = train.n, lengths = train.lengths}
+  function data.collate(_, idx)
+    local b = train:collate(idx)
+    b.references = {}
+    for k, i in ipairs(idx) do
+      local refs = source.train_refs(i)
+      b.references[k] = table.move(refs, 1, #refs, 1, {})
+      if w > 0 then b.references[k].scene = source.train_scene(i) end
+    end
+    return b
+  end
+  local function loss(m, b)
+    local l, info = m:self_critical_loss(b.images, b.references, {reward = reward,
+      samples = opts.samples, baseline = opts.baseline, cells = opts.cells})
+    return l, {reward = info.reward, baseline = info.baseline, tokens = info.tokens}
+  end
+  return data, loss, reward
+end
+
 --- caption_eval.loss(cap, set) -> the mean token NLL under teacher forcing
 function M.loss(cap, set)
   local total, ntok = 0, 0

@@ -56,15 +56,15 @@ function M.semantics_line(what, sem)
   table.sort(ks)
   for _, k in ipairs(ks) do
     local b = sem.by_items[k]
-    parts[#parts + 1] = string.format("%d: %d, %d, %d of %d", k, b.count, b.all_named, b.exact,
-                                      b.n)
+    parts[#parts + 1] = string.format("%d: %d, %d, %d, %d of %d", k, b.count, b.distinct or 0,
+                                      b.all_named, b.exact, b.n)
   end
   return string.format("  meaning, %s: items P %.1f%% R %.1f%%, relations P %.1f%% R %.1f%%, " ..
-                       "right count %.1f%%, exact scene %.1f%% (grammatical %.1f%%); right " ..
-                       "count, all items named, exact, by items: %s", what,
-                       100 * sem.items.precision, 100 * sem.items.recall,
+                       "right count %.1f%% (none twice %.1f%%), exact scene %.1f%% (grammatical " ..
+                       "%.1f%%); right count, none named twice, all items named, exact, by items: %s",
+                       what, 100 * sem.items.precision, 100 * sem.items.recall,
                        100 * sem.relations.precision, 100 * sem.relations.recall, 100 * sem.count,
-                       100 * sem.exact,
+                       100 * (sem.distinct or 0), 100 * sem.exact,
                        100 * sem.grammatical, table.concat(parts, "; "))
 end
 
