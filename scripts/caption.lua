@@ -26,7 +26,7 @@ local MODEL = captioner.add_flags(p, {"attention", "score", "doubly_stochastic",
   "deep_output", "coords", "output_tanh", "global_feature", "global_output", "unseen_feature",
   "unseen_from", "global_output_rank", "global_output_pool", "global_feature_rank",
   "global_feature_pool", "unseen_feature_rank", "unseen_feature_pool", "unseen_output",
-  "whole_image", "emb", "hidden", "attn_hidden", "dropout", "length_aux", "max_len"},
+  "whole_image", "coverage", "emb", "hidden", "attn_hidden", "dropout", "length_aux", "max_len"},
   {coords = {default = true}, global_feature = {default = true}, hard_eval = {help = "hard: what test time reads (also with --load)"},
   length_penalty = {help = "beam search's length normalisation alpha (default: chosen on "
                     .. "validation; also with --load)"}})

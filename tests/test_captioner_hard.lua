@@ -413,6 +413,46 @@ function T.test_unseen_feature_reads_what_attention_has_not_covered_yet()
   lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
 end
 
+-- coverage: the attention score sees the attention each cell has had (nn.Attention's
+-- coverage term); decoding carries it along the caption, so the decoder's step fed a
+-- caption's words gives teacher forcing's maps (soft, and hard reading its argmax cell);
+-- batch = single for every rule; saved and loaded
+function T.test_coverage_in_the_score_is_carried_along_decoding()
+  glimpse.manual_seed(23)
+  local imgs = glimpse.rand(2, 1, 16, 16)
+  for _, mode in ipairs({"soft", "hard"}) do
+    local cap = tiny({attention = mode, coverage = true, hard_eval = "argmax", max_len = 6})
+    cap:evaluate()
+    lu.assertTrue(cap.attention.use_coverage)
+    glimpse.no_grad(function()                  -- (v starts at zero: every map flat)
+      cap.attention.coverage_w:uniform_(-3, 3)
+      cap.attention.v:uniform_(-2, 2)
+    end)
+    -- the decoder's step function fed a caption's words gives teacher forcing's maps
+    local ids = {{Vocab.START, 5, 6, 7, 5, 8}, {Vocab.START, 9, 5, 6, 10, 11}}
+    local a = glimpse.no_grad(function() return cap:annotate(imgs) end)
+    local _, alphas = glimpse.no_grad(function() return cap:forward(a, glimpse.tensor(ids)) end)
+    glimpse.no_grad(function()
+      local state, fixed = cap:_decode_state(a)
+      local step = cap:_decode_step(fixed)
+      for t = 1, #ids[1] do
+        local _, alpha
+        _, state, alpha = step(glimpse.tensor({ids[1][t], ids[2][t]}), state)
+        lu.assertTrue((alpha - alphas:select(2, t)):abs():max():item() < FLOAT_TOL,
+                      mode .. " step " .. t)
+      end
+    end)
+    if mode == "hard" then decodes_alone_as_batched(cap, imgs) end
+    local path = os.tmpname()
+    cap:save(path)
+    local back = require("glimpse.models.captioner").Captioner.load(path)
+    os.remove(path)
+    lu.assertTrue(back.config.coverage)
+    lu.assertEquals(back:caption(imgs, {beam = 2}), cap:caption(imgs, {beam = 2}))
+  end
+  H.assert_error_matches({"Captioner", "coverage"}, tiny, {coverage = true, score = "general"})
+end
+
 -- unseen_feature_rank / _pool = "relu" and unseen_output: u_t is the mean over the cells of
 -- relu(P a_i + b) weighted by the attention not yet had; the LSTM input gains W_u u_t (the
 -- coverage before step t) and the deep output L_u u_t (the coverage after step t's

@@ -81,7 +81,7 @@ function Captioner:_marginal_step(fixed, ban)
     local uc = s.cov and self:_unseen_cells(s.a)
     if s.cov then xe = xe + self:_unseen_input(uc, s.cov) end
     local st = {cache = step_cache(fixed, s), keys = s.a, values = s.a, t = 0, logps = {},
-                entropies = {}}
+                entropies = {}, coverage = s.att_cov}
     local rule = attn.hard_eval
     attn.hard_eval = "soft"                                     -- only alpha_t is needed
     local ok, _, alpha = pcall(attn, h, s.a, s.a, nil, st)
@@ -109,7 +109,8 @@ function Captioner:_marginal_step(fixed, ban)
     local mix = (lp + lw:reshape(N, M, 1)):logsumexp(2)          -- (N,V)
     return mix:reshape(N, V) + ban, {hs = h2:reshape(N, M, H), cs = c2:reshape(N, M, H),
                                      lw = lw, g = s.g, go = s.go, lp = lp, a = s.a,
-                                     cache = s.cache, cov = s.cov and s.cov + alpha}, alpha
+                                     cache = s.cache, cov = s.cov and s.cov + alpha,
+                                     att_cov = attn.use_coverage and st.coverage or nil}, alpha
   end
 end
 
@@ -129,13 +130,15 @@ function Captioner:_decode_step(fixed)
     local uc = s.cov and self:_unseen_cells(s.a)
     if s.cov then xe = xe + self:_unseen_input(uc, s.cov) end
     local st = {cache = step_cache(fixed, s), keys = s.a, values = s.a, t = 0, logps = {},
-                entropies = {}, grid = self:_grid_of(s.a), extra = self:_extra_cells()}
+                entropies = {}, grid = self:_grid_of(s.a), extra = self:_extra_cells(),
+                coverage = s.att_cov}
     local h, c, z, alpha, st2 = self:_step(xe, s.h, s.c, s.a, st, Wz)
     local cov = s.cov and s.cov + self:_coverage_step(alpha, st2)
     local go = cov and self:_with_unseen_output(s.go, uc, cov) or s.go
     local lp = glimpse.log_softmax(self:_logits(ey, h, z, go), 2) + ban
     return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go, cov = cov,
-                read = st2.sample}, alpha                      -- read: the hard cell (N,1)
+                read = st2.sample,                             -- read: the hard cell (N,1)
+                att_cov = self.attention.use_coverage and st2.coverage or nil}, alpha
   end
 end
 

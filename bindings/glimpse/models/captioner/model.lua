@@ -103,7 +103,7 @@ function Captioner:init(o)
   self.attention = nn.Attention{score = c.score, mode = c.attention, query = H, key = D,
                                 hidden = c.attn_hidden, soft_prob = c.soft_prob,
                                 hard_eval = attention_rule(c.hard_eval), region = c.region_size,
-                                estimator = c.estimator, tau = c.tau}
+                                estimator = c.estimator, tau = c.tau, coverage = c.coverage}
   if c.gate then self.gate = nn.Linear(H, 1) end                -- f_beta
   self.lstm = nn.LSTMCell(E + D, H)                             -- input [E y_{t-1}; z_t]
   if c.global_feature then                                      -- ... and W_g mean_i a_i

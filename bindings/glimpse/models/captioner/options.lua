@@ -81,6 +81,9 @@ M.OPTIONS = options.declare("Captioner", {
   {"unseen_from", "string", "attention", choices = {"attention", "reads"},
    help = "unseen_feature's coverage: the attention distributions (attention) or what each " ..
           "step read (reads: a hard read's region_size window, an expected context's alpha)"},
+  {"coverage", "boolean", false, help = "the attention score sees the coverage, the " ..
+   "attention each cell has had so far, e_ti = w^T tanh(W a_i + U h + w_c c_ti) (Tu et al. " ..
+   "2016; additive or concat score): it can tell the cells looked at from those not yet"},
   {"whole_image", "boolean", false, help = "the mean annotation as one more cell to attend " ..
    "to (hard: can read the whole image)"},
   {"length_aux", "number", 0, range = {0}, help = "weight of an auxiliary loss: h_t " ..
@@ -232,6 +235,10 @@ function M.config(o, level)
   end
   if c.unseen_output and not c.unseen_feature then
     check.fail(level, "Captioner: option 'unseen_output' needs unseen_feature = true")
+  end
+  if c.coverage and c.score ~= "additive" and c.score ~= "concat" then
+    check.fail(level, "Captioner: option 'coverage' needs the additive or concat score, got " ..
+               "score = %q", c.score)
   end
   if c.region_size % 2 == 0 then
     check.fail(level, "Captioner: option 'region_size' must be odd (a window centred on a " ..
