@@ -114,8 +114,9 @@ function Captioner:_marginal_step(fixed, ban)
   end
 end
 
--- decode's step function: tokens (N) = y_{t-1} -> log p(y_t) (N,V), state, alpha_t (N,L)
-function Captioner:_decode_step(fixed)
+-- decode's step function: tokens (N) = y_{t-1} -> log p(y_t) (N,V), state, alpha_t (N,L);
+-- reads = true: the state also holds the hard cell read, state.read (N,1)
+function Captioner:_decode_step(fixed, reads)
   local We, Wz = self:_split_lstm()
   -- a caption never contains <pad> or <start>
   local ban = glimpse.zeros(1, self.vocab:size())
@@ -137,7 +138,7 @@ function Captioner:_decode_step(fixed)
     local go = cov and self:_with_unseen_output(s.go, uc, cov) or s.go
     local lp = glimpse.log_softmax(self:_logits(ey, h, z, go), 2) + ban
     return lp, {h = h, c = c, a = s.a, cache = s.cache, g = s.g, go = s.go, cov = cov,
-                read = st2.sample,                             -- read: the hard cell (N,1)
+                read = reads and st2.sample or nil,
                 att_cov = self.attention.use_coverage and st2.coverage or nil}, alpha
   end
 end

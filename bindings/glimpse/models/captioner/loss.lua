@@ -214,7 +214,7 @@ end
 function Captioner:_sample_on_tape(a, max_len, temperature, draw_cells)
   local N = a.shape[1]
   local state, fixed = self:_decode_state(a)
-  local step = self:_decode_step(fixed)
+  local step = self:_decode_step(fixed, draw_cells)
   local tokens = glimpse.full({N}, Vocab.START)
   local alive = glimpse.ones(N, 1)
   local ids, logp_words, logp_cells, finished = {}, {}, {}, {}
