@@ -150,10 +150,11 @@ function T.test_self_critical_steps_follow_the_cross_entropy_or_a_loaded_model()
   -- a loaded model fine-tuned: its decoding is chosen again on validation afterwards
   local e = tmpdir("scst-load")
   ok, out = run(string.format("--train 96 --valid 16 --test 16 --overlays 0 --beam 2 --load " ..
-                              "%s/model.safetensors --steps 0 --scst-steps 2 --scst-baseline greedy --out %s", d, e))
+                              "%s/model.safetensors --steps 0 --scst-steps 2 --scst-baseline greedy --scst-xe 0.5 --out %s", d, e))
   lu.assertTrue(ok, out)
   m = util.read_json(e .. "/metrics.json")
-  lu.assertEquals({math.tointeger(m.self_critical.steps), m.self_critical.baseline}, {2, "greedy"})
+  lu.assertEquals({math.tointeger(m.self_critical.steps), m.self_critical.baseline,
+                   m.self_critical.xe}, {2, "greedy", 0.5})
   lu.assertNotNil(m.decoding)
   lu.assertStrContains(out, "decoding chosen on 16 validation images")
   ok, out = run(TINY .. " --scst-baseline best --out " .. e)

@@ -200,6 +200,21 @@ function T.test_the_scene_source_hands_references_and_scenes_to_the_reward()
   lu.assertAlmostEquals(ce.meaning_f(per[2]), 1, 1e-12)      -- the scene's own caption
   local l, stats = loss(cap, b)
   lu.assertTrue(l:item() == l:item() and stats.reward >= 0)
+  lu.assertNil(stats.nll)
+  -- xe: the model's own loss on the batch's reference captions is added (soft attention:
+  -- nothing drawn after the samples, so the same seed draws the same samples)
+  local soft = glimpse.captioner.Captioner{vocab = src.vocab,
+    encoder = {name = "small", in_channels = 1, channels = {4, 8}}, emb = 8, hidden = 16,
+    attn_hidden = 8, max_len = 12}
+  local _, plain_loss = ce.self_critical(soft, src, {samples = 2})
+  local _, mixed_loss = ce.self_critical(soft, src, {samples = 2, xe = 0.5})
+  glimpse.manual_seed(4)
+  local l0 = plain_loss(soft, b)
+  glimpse.manual_seed(4)
+  local l1, s1 = mixed_loss(soft, b)
+  local lx = soft:loss(b.images, b.captions_in, b.captions_out, b.mask)
+  lu.assertAlmostEquals(l1:item(), l0:item() + 0.5 * lx:item(), 1e-5)
+  lu.assertNotNil(s1.nll)
   H.assert_error_matches({"caption_eval.self_critical", "meaning", "no"}, ce.self_critical, cap,
                          {train = src.train, train_refs = src.train_refs}, {meaning = 1})
 end

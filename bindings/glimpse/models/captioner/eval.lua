@@ -180,6 +180,8 @@ M.SELF_CRITICAL_OPTIONS = options.declare("self-critical training", {
    help = "a sample's reward compared with the image's other samples' mean, or its greedy caption's"},
   {"scst_cells", "string", "rule", choices = {"rule", "sample"},
    help = "hard attention: read the test-time rule's cells, or draw them (the reward trains where it looks)"},
+  {"scst_xe", "number", 0, range = {0}, help = "weight of the cross-entropy objective on " ..
+   "the batch's reference captions added to the self-critical loss (0: none)"},
   {"scst_meaning", "number", 0, range = {0}, help = "generated scenes: the reward adds this " ..
    "times the caption's meaning F-score against the scene (items and relations, as SPICE " ..
    "scores a scene graph)"},
@@ -199,14 +201,17 @@ function M.meaning_f(row)
 end
 
 --- caption_eval.self_critical(cap, source, {samples=5, baseline="mean", cells="rule",
----                                          meaning=0}) -> data, loss, reward: what a
+---                                          meaning=0, xe=0}) -> data, loss, reward: what a
 --- glimpse.train.Trainer takes for self-critical training (cap:self_critical_loss) on the
 --- source's training images: data hands each batch its examples' references
 --- (source.train_refs) and, with meaning > 0, their scenes (source.train_scene); loss scores
 --- the samples by CIDEr-D with the document frequencies of every training image's references,
 --- plus meaning times caption_eval.meaning_f against the scene (CIDEr-D and a scene-graph
---- F-score together, as Liu et al. 2017's SPIDEr mixes CIDEr and SPICE), and logs reward and
---- baseline; reward(captions, references) is that score (references carry .scene with meaning).
+--- F-score together, as Liu et al. 2017's SPIDEr mixes CIDEr and SPICE), adds xe times the
+--- model's own training loss on the batch's reference captions (cap:loss, hard attention's
+--- schedules at their end values; the mixed objective of Paulus et al. 2017), and logs reward,
+--- baseline and nll; reward(captions, references) is that score (references carry .scene with
+--- meaning).
 function M.self_critical(cap, source, opts)
   opts = opts or {}
   local train, w = source.train, opts.meaning or 0
@@ -247,10 +252,17 @@ function M.self_critical(cap, source, opts)
     end
     return b
   end
+  local xe = opts.xe or 0
+  if xe > 0 then cap:set_progress(1) end
   local function loss(m, b)
     local l, info = m:self_critical_loss(b.images, b.references, {reward = reward,
       samples = opts.samples, baseline = opts.baseline, cells = opts.cells})
-    return l, {reward = info.reward, baseline = info.baseline, tokens = info.tokens}
+    local nll
+    if xe > 0 then
+      local lx, ix = m:loss(b.images, b.captions_in, b.captions_out, b.mask)
+      l, nll = l + lx * xe, ix.nll
+    end
+    return l, {reward = info.reward, baseline = info.baseline, nll = nll, tokens = info.tokens}
   end
   return data, loss, reward
 end
