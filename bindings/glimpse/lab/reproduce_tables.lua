@@ -286,11 +286,10 @@ local function caption_run(kind)
             pct(sem.exact))}
         local four = sem.by_items["4"] or sem.by_items[4]
         if four then
-          rows[#rows + 1] = {label = kind .. " attention, four-item scenes: right count, none " ..
-                                     "named twice, all four named, exact", paper = "—",
-            glimpse = string.format("%d, %s, %d, %d of %d", four.count,
-                                    four.distinct and string.format("%d", four.distinct) or "—",
-                                    four.all_named, four.exact, four.n)}
+          rows[#rows + 1] = {label = kind .. " attention, four-item scenes: right count, all " ..
+                                     "four named, exact", paper = "—",
+            glimpse = string.format("%d, %d, %d of %d", four.count, four.all_named, four.exact,
+                                    four.n)}
         end
       end
       return rows
