@@ -312,6 +312,15 @@ function T.test_every_recipe_builds_a_captioner_that_trains_a_step()
   end
 end
 
+-- cap saved to a file and loaded back
+local function reloaded(cap)
+  local path = os.tmpname()
+  cap:save(path)
+  local back = require("glimpse.models.captioner").Captioner.load(path)
+  os.remove(path)
+  return back
+end
+
 -- length_aux: a head on h_t predicts log(words left); the loss adds length_aux times its
 -- squared error over real steps, by hand; its gradient reaches the LSTM and W_g; saved, loaded
 function T.test_length_aux_adds_the_words_left_regression_of_h_t()
@@ -341,10 +350,7 @@ function T.test_length_aux_adds_the_words_left_regression_of_h_t()
     return cap:length_loss(select(3, cap:forward(a, b.captions_in, {use_soft = true})).hs, b.mask)
   end, {cap.length_head.weight, cap.lstm.weight_hh}, {eps = 1e-2, atol = 2e-3, rtol = 3e-2,
                                                       max_elements = 30}))
-  local path = os.tmpname()
-  cap:save(path)
-  local back = require("glimpse.models.captioner").Captioner.load(path)
-  os.remove(path)
+  local back = reloaded(cap)
   lu.assertEquals(back.config.length_aux, 0.5)
   lu.assertEquals((back.length_head.weight - cap.length_head.weight):abs():max():item(), 0)
   local ok, e = pcall(tiny, {length_aux = -1})
@@ -405,10 +411,7 @@ function T.test_unseen_feature_reads_what_attention_has_not_covered_yet()
   loss:backward()
   lu.assertTrue(with.unseen_in.weight.grad:abs():sum():item() > 0)
   with:evaluate()
-  local path = os.tmpname()
-  with:save(path)
-  local back = require("glimpse.models.captioner").Captioner.load(path)
-  os.remove(path)
+  local back = reloaded(with)
   lu.assertTrue(back.config.unseen_feature)
   lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
 end
@@ -443,10 +446,7 @@ function T.test_coverage_in_the_score_is_carried_along_decoding()
       end
     end)
     if mode == "hard" then decodes_alone_as_batched(cap, imgs) end
-    local path = os.tmpname()
-    cap:save(path)
-    local back = require("glimpse.models.captioner").Captioner.load(path)
-    os.remove(path)
+    local back = reloaded(cap)
     lu.assertTrue(back.config.coverage)
     lu.assertEquals(back:caption(imgs, {beam = 2}), cap:caption(imgs, {beam = 2}))
   end
@@ -519,10 +519,7 @@ function T.test_unseen_detectors_reach_the_lstm_and_the_output()
   lu.assertTrue(with.unseen_p.bias.grad:abs():sum():item() > 0)
   lu.assertTrue(with.out_u.weight.grad:abs():sum():item() > 0)
   with:evaluate()
-  local path = os.tmpname()
-  with:save(path)
-  local back = require("glimpse.models.captioner").Captioner.load(path)
-  os.remove(path)
+  local back = reloaded(with)
   lu.assertEquals({back.config.unseen_feature_rank, back.config.unseen_feature_pool,
                    back.config.unseen_output}, {2, "relu", true})
   lu.assertEquals(back:caption(imgs, {beam = 2}), with:caption(imgs, {beam = 2}))
@@ -589,10 +586,7 @@ function T.test_unseen_from_reads_covers_the_window_around_the_cell_read()
   cap:evaluate()
   local imgs = glimpse.rand(2, 1, 16, 16)
   lu.assertEquals(cap:caption(imgs[2], {beam = 3}), cap:caption(imgs, {beam = 3})[2])
-  local path = os.tmpname()
-  cap:save(path)
-  local back = require("glimpse.models.captioner").Captioner.load(path)
-  os.remove(path)
+  local back = reloaded(cap)
   lu.assertEquals(back.config.unseen_from, "reads")
   lu.assertEquals(back:caption(imgs, {beam = 2}), cap:caption(imgs, {beam = 2}))
   local ok, e = pcall(hard, {unseen_from = "reads"})
