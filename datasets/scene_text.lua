@@ -299,8 +299,8 @@ end
 --- distinct, all_named, exact, grammatical (shares of the captions; precision and recall
 --- pooled over all captions), by_items = {[k] = {n, count, distinct, all_named, exact}:
 --- numbers of captions among the scenes of k items}}.  per_caption[i] = {named, matched,
---- items, triples, true_triples, stated, recalled, count, distinct, all_named, exact,
---- grammatical}.
+--- different (the different items named), items, triples, true_triples, stated, recalled,
+--- count, distinct, all_named, exact, grammatical}.
 function M.semantics(captions, scenes)
   local fname = "scene_text.semantics"
   if type(captions) ~= "table" or type(scenes) ~= "table" then
@@ -310,8 +310,9 @@ function M.semantics(captions, scenes)
   if #captions ~= #scenes then
     error(string.format("%s: %d captions for %d scenes", fname, #captions, #scenes), 2)
   end
-  local tot = {named = 0, matched = 0, items = 0, triples = 0, true_triples = 0, stated = 0,
-               recalled = 0, count = 0, distinct = 0, all_named = 0, exact = 0, grammatical = 0}
+  local tot = {named = 0, matched = 0, different = 0, items = 0, triples = 0,
+               true_triples = 0, stated = 0, recalled = 0, count = 0, distinct = 0,
+               all_named = 0, exact = 0, grammatical = 0}
   local by_items, per = {}, {}
   for i, cap in ipairs(captions) do
     local sc = scenes[i]
@@ -360,6 +361,7 @@ function M.semantics(captions, scenes)
     end
     local row = {named = #p.items, matched = matched, items = k, triples = ntrip,
                  true_triples = ntrue, stated = #sc.relations, recalled = recalled,
+                 different = different,
                  count = #p.items == k, distinct = #p.items == k and different == k,
                  all_named = matched == k, grammatical = p.grammatical}
     row.exact = p.grammatical and matched == k and #p.items == k and ntrue == ntrip

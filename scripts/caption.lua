@@ -52,8 +52,9 @@ if not args.load then      -- the rules between the model's options, before any 
   local ok, err = pcall(require("glimpse.models.captioner.options").config, probe)
   if not ok then p:error(tostring(err)) end
 end
-if (args.karpathy or args.captions) and args.scst_meaning > 0 then
-  p:error("--scst-meaning scores captions against generated scenes; a captions file has none")
+if (args.karpathy or args.captions) and (args.scst_meaning > 0 or args.scst_repeats > 0) then
+  p:error(string.format("--scst-%s scores captions against generated scenes; a captions file " ..
+                        "has none", args.scst_meaning > 0 and "meaning" or "repeats"))
 end
 if args.captions then args.karpathy = args.captions end   -- one reader takes both formats
 local name = args.captions and "own" or args.karpathy and "karpathy" or args.dataset
@@ -90,7 +91,8 @@ local scst_history
 if sc.scst_steps > 0 then  -- then the captions it writes, scored by CIDEr-D (Rennie et al.)
   local data, scst_loss = ce.self_critical(cap, src, {samples = sc.scst_samples,
                                                      baseline = sc.scst_baseline, cells = sc.scst_cells,
-                                                     meaning = sc.scst_meaning, xe = sc.scst_xe})
+                                                     meaning = sc.scst_meaning, xe = sc.scst_xe,
+                                                     repeats = sc.scst_repeats})
   scst_history = glimpse.train.Trainer(run:trainer_options{model = cap, data = data,
     batch_size = args.batch, shuffle = true, steps = sc.scst_steps, loss = scst_loss,
     evaluate = evaluate, clip = args.clip > 0 and args.clip or nil,
@@ -113,7 +115,8 @@ run:write_metrics(ce.metrics(r, history, {dataset = name, attention = cap.config
   self_critical = scst_history and {steps = scst_history.steps, seconds = scst_history.seconds,
                                     lr = sc.scst_lr, samples = sc.scst_samples,
                                     baseline = sc.scst_baseline, cells = sc.scst_cells,
-                                    meaning = sc.scst_meaning, xe = sc.scst_xe, history = scst_history.evals}}))
+                                    meaning = sc.scst_meaning, xe = sc.scst_xe,
+                                    repeats = sc.scst_repeats, history = scst_history.evals}}))
 local page = ce.page(glimpse.report.Page{title = "glimpse captioner"}, cap, src.test, r, run.dir,
                      {overlays = args.overlays, name = name, history = history})
 require("glimpse.lab.viewer_data").add_captions(page, cap, src.test, r, run.dir, args.overlays)

@@ -138,13 +138,14 @@ end
 function T.test_self_critical_steps_follow_the_cross_entropy_or_a_loaded_model()
   local d = tmpdir("scst")
   local ok, out = run(TINY .. " --attention hard --scst-steps 2 --scst-samples 3 --scst-cells sample " ..
-                      "--scst-meaning 1 --out " .. d)
+                      "--scst-meaning 1 --scst-repeats 0.5 --out " .. d)
   lu.assertTrue(ok, out)
   local m = util.read_json(d .. "/metrics.json")
   lu.assertEquals(math.tointeger(m.steps), 4)                    -- the cross-entropy steps
   lu.assertEquals({math.tointeger(m.self_critical.steps), math.tointeger(m.self_critical.samples),
-                   m.self_critical.baseline, m.self_critical.cells, m.self_critical.meaning},
-                  {2, 3, "mean", "sample", 1})
+                   m.self_critical.baseline, m.self_critical.cells, m.self_critical.meaning,
+                   m.self_critical.repeats},
+                  {2, 3, "mean", "sample", 1, 0.5})
   lu.assertEquals(#m.self_critical.history, 1)                   -- evaluated at its end
   lu.assertStrContains(out, "reward")                            -- the samples' CIDEr-D, logged
   -- a loaded model fine-tuned: its decoding is chosen again on validation afterwards
@@ -160,6 +161,9 @@ function T.test_self_critical_steps_follow_the_cross_entropy_or_a_loaded_model()
   ok, out = run(TINY .. " --scst-baseline best --out " .. e)
   lu.assertFalse(ok)
   lu.assertStrContains(out, "scst-baseline")
+  ok, out = run(TINY .. " --captions none.tsv --images none --scst-repeats 1 --out " .. e)
+  lu.assertFalse(ok)
+  lu.assertStrContains(out, "--scst-repeats scores captions against generated scenes")
 end
 
 function T.test_help_lists_every_flag_the_script_always_had_with_its_default()

@@ -198,6 +198,16 @@ function T.test_the_scene_source_hands_references_and_scenes_to_the_reward()
   local _, both = reward({"a bag", src.train_scene(3).caption}, {b.references[1], b.references[1]})
   for i = 1, 2 do lu.assertAlmostEquals(both[i], plain[i] + 2 * ce.meaning_f(per[i]), 1e-12) end
   lu.assertAlmostEquals(ce.meaning_f(per[2]), 1, 1e-12)      -- the scene's own caption
+  -- repeats: 1.5 off for each item named again ("a bag above a bag": one bag named twice)
+  local twice = {"a bag above a bag", "a bag above a bag and a bag left of the bag",
+                 src.train_scene(3).caption}
+  local refs3 = {b.references[1], b.references[1], b.references[1]}
+  local _, base = select(3, ce.self_critical(cap, src, {samples = 2}))(twice, refs3)
+  local _, penalised = select(3, ce.self_critical(cap, src, {samples = 2, repeats = 1.5}))(
+    twice, refs3)
+  lu.assertAlmostEquals(penalised[1], base[1] - 1.5, 1e-12)
+  lu.assertAlmostEquals(penalised[2], base[2] - 3, 1e-12)
+  lu.assertAlmostEquals(penalised[3], base[3], 1e-12)
   local l, stats = loss(cap, b)
   lu.assertTrue(l:item() == l:item() and stats.reward >= 0)
   lu.assertNil(stats.nll)
@@ -217,6 +227,8 @@ function T.test_the_scene_source_hands_references_and_scenes_to_the_reward()
   lu.assertNotNil(s1.nll)
   H.assert_error_matches({"caption_eval.self_critical", "meaning", "no"}, ce.self_critical, cap,
                          {train = src.train, train_refs = src.train_refs}, {meaning = 1})
+  H.assert_error_matches({"caption_eval.self_critical", "repeats = 2", "no"}, ce.self_critical,
+                         cap, {train = src.train, train_refs = src.train_refs}, {repeats = 2})
 end
 
 function T.test_bad_options_and_references_are_errors()

@@ -185,6 +185,8 @@ M.SELF_CRITICAL_OPTIONS = options.declare("self-critical training", {
   {"scst_meaning", "number", 0, range = {0}, help = "generated scenes: the reward adds this " ..
    "times the caption's meaning F-score against the scene (items and relations, as SPICE " ..
    "scores a scene graph)"},
+  {"scst_repeats", "number", 0, range = {0}, help = "generated scenes: the reward subtracts " ..
+   "this for each item a caption names again (\"a bag ... and a bag\")"},
 })
 
 --- caption_eval.meaning_f(row) -> the F-score of one caption's meaning against its scene, from
@@ -201,24 +203,29 @@ function M.meaning_f(row)
 end
 
 --- caption_eval.self_critical(cap, source, {samples=5, baseline="mean", cells="rule",
----                                          meaning=0, xe=0}) -> data, loss, reward: what a
---- glimpse.train.Trainer takes for self-critical training (cap:self_critical_loss) on the
---- source's training images: data hands each batch its examples' references
---- (source.train_refs) and, with meaning > 0, their scenes (source.train_scene); loss scores
+---                                          meaning=0, repeats=0, xe=0}) -> data, loss,
+--- reward: what a glimpse.train.Trainer takes for self-critical training
+--- (cap:self_critical_loss) on the source's training images: data hands each batch its
+--- examples' references (source.train_refs) and, with meaning or repeats > 0, their scenes
+--- (source.train_scene); loss scores
 --- the samples by CIDEr-D with the document frequencies of every training image's references,
 --- plus meaning times caption_eval.meaning_f against the scene (CIDEr-D and a scene-graph
---- F-score together, as Liu et al. 2017's SPIDEr mixes CIDEr and SPICE), adds xe times the
---- model's own training loss on the batch's reference captions (cap:loss, hard attention's
+--- F-score together, as Liu et al. 2017's SPIDEr mixes CIDEr and SPICE) and minus repeats for
+--- each item a caption names again (scene_text.semantics' named - different), adds xe times
+--- the model's own training loss on the batch's reference captions (cap:loss, hard attention's
 --- schedules at their end values; the mixed objective of Paulus et al. 2017), and logs reward,
 --- baseline and nll; reward(captions, references) is that score (references carry .scene with
---- meaning).
+--- meaning or repeats).
 function M.self_critical(cap, source, opts)
   opts = opts or {}
-  local train, w = source.train, opts.meaning or 0
-  if w > 0 and not source.train_scene then
-    check.fail(2, "caption_eval.self_critical: meaning = %g needs scenes with their items " ..
-               "(generated scenes or shapes); this source has none", w)
+  local train, w, rep = source.train, opts.meaning or 0, opts.repeats or 0
+  for _, o in ipairs({{"meaning", w}, {"repeats", rep}}) do
+    if o[2] > 0 and not source.train_scene then
+      check.fail(2, "caption_eval.self_critical: %s = %g needs scenes with their items " ..
+                 "(generated scenes or shapes); this source has none", o[1], o[2])
+    end
   end
+  local scored = w > 0 or rep > 0
   local corpus, seen = {}, {}
   for i = 1, train.n do                    -- one set per distinct image (Karpathy: 5 examples each)
     local refs = source.train_refs(i)
@@ -226,16 +233,16 @@ function M.self_critical(cap, source, opts)
     if not seen[key] then seen[key] = true; corpus[#corpus + 1] = refs end
   end
   local cider = metrics.cider_scorer(corpus)
-  local semantics = w > 0 and glimpse.data.scene_text.semantics
+  local semantics = scored and glimpse.data.scene_text.semantics
   local function reward(captions, refs)
     local mean, r = cider(captions, refs)
-    if w > 0 then
+    if scored then
       local scenes = {}
       for i = 1, #captions do scenes[i] = refs[i].scene end
       local _, per = semantics(captions, scenes)
       mean = 0
       for i, row in ipairs(per) do
-        r[i] = r[i] + w * M.meaning_f(row)
+        r[i] = r[i] + w * M.meaning_f(row) - rep * (row.named - row.different)
         mean = mean + r[i] / #per
       end
     end
@@ -248,7 +255,7 @@ function M.self_critical(cap, source, opts)
     for k, i in ipairs(idx) do
       local refs = source.train_refs(i)
       b.references[k] = table.move(refs, 1, #refs, 1, {})
-      if w > 0 then b.references[k].scene = source.train_scene(i) end
+      if scored then b.references[k].scene = source.train_scene(i) end
     end
     return b
   end
