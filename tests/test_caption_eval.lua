@@ -96,9 +96,9 @@ function T.test_semantics_counts_items_relations_and_exact_scenes_by_hand()
   lu.assertAlmostEquals(sum.exact, 1 / 5, EXACT)
   lu.assertAlmostEquals(sum.grammatical, 4 / 5, EXACT)
   lu.assertEquals(sum.by_items, {[3] = {n = 5, count = 3, distinct = 3, all_named = 2, exact = 1}})
-  lu.assertEquals(per[1], {named = 3, matched = 3, items = 3, triples = 2, true_triples = 2,
-                           stated = 2, recalled = 2, count = true, distinct = true,
-                           all_named = true, exact = true, grammatical = true})
+  lu.assertEquals(per[1], {named = 3, matched = 3, different = 3, items = 3, triples = 2,
+                           true_triples = 2, stated = 2, recalled = 2, count = true,
+                           distinct = true, all_named = true, exact = true, grammatical = true})
   lu.assertEquals({per[3].true_triples, per[3].recalled, per[3].exact}, {1, 0, false})
   lu.assertEquals({per[5].named, per[5].grammatical}, {0, false})
   local line = glimpse.models.caption_eval.semantics_line("beam 3", sum)
@@ -107,8 +107,8 @@ function T.test_semantics_counts_items_relations_and_exact_scenes_by_hand()
   lu.assertStrContains(line, "by items: 3: 3, 3, 2, 1 of 5")
   -- an item named twice makes the count but not three different items
   local twice, per2 = st.semantics({"a bag above a coat and a bag below the coat"}, {sc})
-  lu.assertEquals({per2[1].named, per2[1].count, per2[1].distinct, per2[1].grammatical},
-                  {3, true, false, false})
+  lu.assertEquals({per2[1].named, per2[1].different, per2[1].count, per2[1].distinct,
+                   per2[1].grammatical}, {3, 2, true, false, false})
   lu.assertEquals(twice.by_items[3], {n = 1, count = 1, distinct = 0, all_named = 0, exact = 0})
   H.assert_error_matches({"scene_text.semantics", "2 captions for 1 scenes"}, st.semantics,
                          {"a bag", "a coat"}, {sc})
