@@ -17,8 +17,10 @@ p:option("--seed", "the scenes' seed (the training runs used 1)", "1"):convert(m
 local args = p:parse(arg)
 
 -- how many training scenes each shipped model saw (models/README.md)
-local SEEN = {["scenes-soft"] = "20000 scenes of seed 1, then 40000 (the first 20000 and 20000 more)",
-              ["scenes-hard"] = "20000 scenes of seed 1"}
+local SEEN = {["scenes-soft"] = "20000 scenes of seed 1, then 40000 (the first 20000 and 20000 " ..
+                                "more), then self-critical training on the first 20000",
+              ["scenes-hard"] = "20000 scenes of seed 1, then self-critical training on the same " ..
+                                "scenes"}
 
 local function description(name, vocab)
   local words = {}
