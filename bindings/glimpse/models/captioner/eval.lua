@@ -205,17 +205,16 @@ end
 --- caption_eval.self_critical(cap, source, {samples=5, baseline="mean", cells="rule",
 ---                                          meaning=0, repeats=0, xe=0}) -> data, loss,
 --- reward: what a glimpse.train.Trainer takes for self-critical training
---- (cap:self_critical_loss) on the source's training images: data hands each batch its
+--- (cap:self_critical_loss) on the source's training images.  data hands each batch its
 --- examples' references (source.train_refs) and, with meaning or repeats > 0, their scenes
---- (source.train_scene); loss scores
---- the samples by CIDEr-D with the document frequencies of every training image's references,
---- plus meaning times caption_eval.meaning_f against the scene (CIDEr-D and a scene-graph
---- F-score together, as Liu et al. 2017's SPIDEr mixes CIDEr and SPICE) and minus repeats for
---- each item a caption names again (scene_text.semantics' named - different), adds xe times
---- the model's own training loss on the batch's reference captions (cap:loss, hard attention's
---- schedules at their end values; the mixed objective of Paulus et al. 2017), and logs reward,
---- baseline and nll; reward(captions, references) is that score (references carry .scene with
---- meaning or repeats).
+--- (source.train_scene).  loss scores the samples by CIDEr-D with the document frequencies
+--- of every training image's references, plus meaning times caption_eval.meaning_f against
+--- the scene (CIDEr-D and a scene-graph F-score together, as Liu et al. 2017's SPIDEr mixes
+--- CIDEr and SPICE), minus repeats for each item a caption names again (scene_text.semantics'
+--- named - different); it adds xe times the model's own training loss on the batch's
+--- reference captions (cap:loss, hard attention's schedules at their end values; the mixed
+--- objective of Paulus et al. 2017), and logs reward, baseline and nll.  reward(captions,
+--- references) is that score (references carry .scene with meaning or repeats).
 function M.self_critical(cap, source, opts)
   opts = opts or {}
   local train, w, rep = source.train, opts.meaning or 0, opts.repeats or 0
